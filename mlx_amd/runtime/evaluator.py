@@ -1,0 +1,210 @@
+"""Evaluate MLX's lazy graphs on the GPU.
+
+The bridge walks the graph once in C++ and hands over a node table; this module
+walks that table in order and, per node, either
+  * makes a zero-copy view (done in the bridge with MLX's own flag rules),
+  * launches a kernel through the node's family launcher (``ops/<family>.py``), or
+  * falls back to MLX's own ``eval_cpu`` on host-valid data,
+then lets the bridge mark the outputs available and detach the node, so temporaries
+die as early as they do in MLX. Which arrays escaped the evaluation is known at the
+end without guessing: our buffers whose deleter has not run are held by someone.
+
+Per-node Python work is kept small: kernel choice and launch geometry are cached by
+the node's signature (primitive, parameters, input/output layouts).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Callable, Optional
+
+from . import bridge as _bridge
+from .launch import run as _launch
+from .ops import binary as _binary
+from .ops import copy as _copy
+from .ops import unary as _unary
+from .ops.elementwise import Layout
+
+# MLX's view primitives: the bridge makes them zero-copy when MLX would.
+VIEW_PRIMITIVES = frozenset({
+    "Reshape", "Transpose", "Broadcast", "BroadcastAxes", "Slice", "ExpandDims",
+    "Squeeze", "AsStrided", "Flatten", "Unflatten", "StopGradient", "Depends", "View",
+})
+
+
+def _row_strides(shape):
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
+
+
+class _Family:
+    """A launcher module plus its primitive table: the support table for one family."""
+
+    __slots__ = ("name", "module", "primitives")
+
+    def __init__(self, name, module):
+        self.name, self.module, self.primitives = name, module, module.PRIMITIVES
+
+
+FAMILIES = [_Family("unary", _unary), _Family("binary", _binary), _Family("copy", _copy)]
+# primitive class name -> family, built once from the launchers' own tables
+DISPATCH = {prim: fam for fam in FAMILIES for prim in fam.primitives}
+
+
+class Stats:
+    """Nodes evaluated per primitive class and path: how coverage is measured."""
+
+    def __init__(self):
+        self.by_prim = collections.defaultdict(lambda: collections.Counter())
+        self.evals = 0
+
+    def count(self, prim, where):
+        self.by_prim[prim][where] += 1
+
+    def as_dict(self):
+        total = collections.Counter()
+        for c in self.by_prim.values():
+            total.update(c)
+        return {
+            "evals": self.evals,
+            "nodes": {k: total.get(k, 0) for k in ("gpu", "view", "cpu")},
+            "by_primitive": {p: dict(c) for p, c in sorted(self.by_prim.items())},
+        }
+
+    def reset(self):
+        self.by_prim.clear()
+        self.evals = 0
+
+
+class Evaluator:
+    """Runs graphs on one device through one stream (stream order makes pool reuse safe)."""
+
+    def __init__(self, driver, props, modules, residency):
+        self.driver, self.props, self.modules, self.residency = driver, props, modules, residency
+        self.stream = driver.stream_create() if driver.platform != "host" else None
+        self.gpu = driver.platform != "host"
+        self.plans: dict = {}
+        self.stats = Stats()
+        self.lock = threading.RLock()
+
+    # ------------------------------------------------------------------ public
+    def eval(self, arrays) -> None:
+        with self.lock:
+            self._reap()
+            g = _bridge.Graph(arrays)
+            try:
+                self._run(g)
+            finally:
+                g.release()
+                self._reap()
+            # Everything still stale on the host is held by someone: write it back.
+            self.residency.writeback(stream=self.stream)
+            if self.stream is not None:
+                self.driver.stream_synchronize(self.stream)
+            self.stats.evals += 1
+
+    def synchronize(self):
+        if self.stream is not None:
+            self.driver.stream_synchronize(self.stream)
+
+    # ---------------------------------------------------------------- internals
+    def _reap(self):
+        freed = _bridge.drain_freed()
+        if freed:
+            self.residency.freed(freed)
+        gone = _bridge.expired()
+        if gone:
+            self.residency.expired(gone)
+
+    def _run(self, g):
+        metas = g.arrays
+        count = self.stats.count
+        for i, (prim, params, ins, outs) in enumerate(g.nodes):
+            if prim in VIEW_PRIMITIVES and g.try_view(i):
+                count(prim, "view")
+            else:
+                fam = DISPATCH.get(prim) if self.gpu else None
+                if fam is not None and self._elementwise(g, metas, fam, prim, params, ins, outs):
+                    count(prim, "gpu")
+                else:
+                    self._fallback(g, i, ins, outs)
+                    count(prim, "cpu")
+            g.finish(i)
+            freed = _bridge.drain_freed()
+            if freed:
+                self.residency.freed(freed)
+
+    def _layout(self, info, meta) -> Layout:
+        # info: (key, data_ptr, offset_bytes, strides, data_size, nbytes, row, col, contiguous, ours)
+        return Layout(meta[0], info[3], meta[1], info[4], info[6], info[8])
+
+    def _elementwise(self, g, metas, fam, prim, params, ins, outs) -> bool:
+        if len(outs) != 1:
+            return False
+        infos = [g.info(s) for s in ins]
+        if any(inf is None for inf in infos):
+            return False
+        out_meta = metas[outs[0]]
+        in_layouts = tuple(self._layout(inf, metas[s]) for inf, s in zip(infos, ins))
+        size = 1
+        for d in out_meta[0]:
+            size *= d
+        out_layout = Layout(out_meta[0], _row_strides(out_meta[0]), out_meta[1], size, True, True)
+        sig = (prim, params, in_layouts, out_layout)
+        plan = self.plans.get(sig, _MISSING)
+        if plan is _MISSING:
+            op = fam.module.op_for(prim, params) if hasattr(fam.module, "op_for") else fam.primitives[prim]
+            plan = None if op is None else fam.module.plan(op, in_layouts, out_layout, self.props)
+            self.plans[sig] = plan
+        if plan is None:
+            return False
+        res = self.residency
+        ptrs = [res.device_ptr(inf[0], inf[1], inf[5], self.stream) + inf[2] for inf in infos]
+        out = outs[0]
+        nbytes = size * _itemsize(out_meta[1])
+        # Donate an input whose buffer nobody else holds (same byte size, plain layout).
+        donor = None
+        for s, inf, lay in zip(ins, infos, in_layouts):
+            if (inf[9] != -1 and inf[5] == nbytes and inf[2] == 0 and lay.row_contiguous
+                    and lay.data_size == size and g.donatable(s)):
+                donor = s
+                break
+        if donor is not None:
+            g.share(out, donor)
+            key = infos[ins.index(donor)][0]
+            out_ptr = ptrs[ins.index(donor)]
+        else:
+            key, host, out_ptr = res.new_buffer(nbytes)
+            g.attach(out, host, key)
+        if size:
+            _launch(plan, self.modules, self.driver, tuple(ptrs) + (out_ptr,), self.stream)
+        res.written(key)
+        return True
+
+    def _fallback(self, g, node, ins, outs):
+        res = self.residency
+        for s in ins:
+            inf = g.info(s)
+            if inf is not None and inf[9] != -1:
+                res.ensure_host(inf[0], self.stream)
+        g.eval_cpu(node)
+        for s in outs:
+            inf = g.info(s)
+            if inf is not None:
+                res.host_written(inf[0])
+
+
+_MISSING = object()
+
+_ITEMSIZE = {
+    "bool": 1, "uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "float16": 2, "bfloat16": 2,
+    "uint32": 4, "int32": 4, "float32": 4, "uint64": 8, "int64": 8, "float64": 8, "complex64": 8,
+}
+
+
+def _itemsize(dtype: str) -> int:
+    return _ITEMSIZE[dtype]

@@ -1,0 +1,66 @@
+"""Shared test set-up.
+
+Importing mlx_amd must not switch anything on behind a test's back: auto-enable is off
+for the test process; tests that want the evaluator ask for the `runtime` fixture.
+"""
+
+import os
+
+os.environ.setdefault("MLX_AMD_AUTO", "0")
+
+import pytest  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _make_runtime(kind):
+    from mlx_amd.runtime import context
+    from mlx_amd.runtime.context import Runtime
+
+    if kind == "host":
+        from mlx_amd.runtime.driver.host import HostDriver
+
+        return Runtime(HostDriver())
+    from mlx_amd.runtime.driver import get_driver
+
+    drv = get_driver()
+    if drv.platform == "host":
+        pytest.fail("GPU tests need a GPU driver (MLX_AMD_DRIVER=hip|cuda), got the host driver")
+    if kind == "gpu-unified":  # the APU memory model, on managed memory
+        return Runtime(drv, memory_mode="unified")
+    return context.get_runtime()
+
+
+_runtimes = {}
+
+
+@pytest.fixture(params=["host", pytest.param("gpu", marks=pytest.mark.gpu),
+                        pytest.param("gpu-unified", marks=pytest.mark.gpu)])
+def runtime(request):
+    """The process runtime over the host driver (CI: every node on MLX's CPU fallback) or the
+    GPU driver (test machine); installed as the current runtime and enabled for the test."""
+    yield from _enabled(request.param)
+
+
+@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu)])
+def gpu_runtime(request):
+    """Like `runtime`, GPU driver only (for what exists only with device memory)."""
+    yield from _enabled(request.param)
+
+
+def _enabled(kind):
+    import mlx_amd
+    from mlx_amd.runtime import context
+
+    if kind not in _runtimes:
+        _runtimes[kind] = _make_runtime(kind)
+    rt = _runtimes[kind]
+    saved = context._runtime
+    context._runtime = rt
+    mlx_amd.enable()
+    rt.evaluator.stats.reset()
+    try:
+        yield rt
+    finally:
+        mlx_amd.disable()
+        context._runtime = saved

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The GPU test recipe, the same every session: on a machine with a GPU (the NVIDIA
+# H200 test machine, through the CUDA driver; or an AMD GPU through HIP) build the
+# kernels for it, install the package, run `pytest -m gpu`, then the benchmarks.
+#
+#   tools/gpu-test.sh [pytest args…]          e.g. tools/gpu-test.sh -x -k evaluator
+#
+# Offline machines: put the wheels the image lacks in .whl/ (mlx, mlx-cpu for the
+# machine's Python, nanobind==3.0.1); they are installed into $MLX_AMD_SITE first.
+# Results and logs go to $OUT (the device tool's folder) when set, else ./gpu-out.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+SITE=${MLX_AMD_SITE:-/tmp/mlx-amd-site}
+OUTDIR=${OUT:-$REPO/gpu-out}
+mkdir -p "$SITE" "$OUTDIR"
+PY=${PYTHON:-python3}
+t0=$SECONDS
+step() { printf '\n== %s (t=%ds)\n' "$*" $((SECONDS - t0)); }
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+  step "wheels from .whl/"
+  $PY -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" .whl/*.whl
+fi
+export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+
+if [[ ${MLX_AMD_DRIVER:-} == hip ]] || { [[ -z ${MLX_AMD_DRIVER:-} ]] && command -v hipcc >/dev/null; }; then
+  TARGET=amd
+else
+  TARGET=nvidia; export MLX_AMD_DRIVER=${MLX_AMD_DRIVER:-cuda}
+fi
+step "kernels ($TARGET)"
+$PY build_kernels.py --target "$TARGET" -j "$(nproc)"
+
+step "package (bridge against the installed mlx wheel)"
+$PY -m pip install -q --no-index --no-deps --no-build-isolation --upgrade --target "$SITE" \
+  --config-settings=cmake.define.CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" . 2>&1 | tail -20
+
+step "mlx-amd info"
+(cd /tmp && $PY -m mlx_amd info --json | tee "$OUTDIR/info.json")
+
+step "pytest -m gpu"
+set +e
+# Run from /tmp so the source tree does not shadow the installed package.
+(cd /tmp && $PY -m pytest -c "$REPO/pyproject.toml" --rootdir "$REPO" -m gpu -q \
+  --junitxml="$OUTDIR/gpu-tests.xml" "$@" "$REPO/tests" 2>&1 | tee "$OUTDIR/gpu-tests.log")
+rc=$?  # pipefail: pytest's status
+set -e
+
+if [[ -z ${MLX_AMD_SKIP_BENCH:-} ]]; then
+  for b in benchmarks/*.py; do
+    step "benchmark $b"
+    (cd /tmp && $PY "$REPO/$b" --out "$OUTDIR") || echo "benchmark $b failed"
+  done
+fi
+step "done: pytest exit $rc"
+exit "$rc"
