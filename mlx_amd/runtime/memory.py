@@ -1,0 +1,278 @@
+"""Caching memory pools for device and host buffers.
+
+One pool class serves every kind of memory; the subclasses only choose the driver
+calls and how many bytes of slack sit in front of the data:
+
+- ``DevicePool``: ``driver.malloc`` (or ``malloc_managed``), data at the block start.
+- ``HostPool``: host buffers that MLX will own. MLX's CPU build keeps an 8-byte size
+  header right before the data, so each block has 256 bytes of slack in front and
+  ``block.data = block.ptr + 256`` stays 256-byte aligned. Pinned memory
+  (``driver.host_alloc``) on discrete GPUs, managed memory in unified mode.
+
+Size classes: requests up to 1 MiB round up to a power of two (256 B minimum, so
+every block is 256-byte aligned and small sizes share few classes); larger ones
+round up to whole 2 MiB pages, the granularity at which both ROCr and the CUDA
+driver map large device allocations, so the rounding costs no physical memory and
+makes blocks interchangeable. A cached block is reused for the smallest class that
+fits (best fit) but never for a request less than half its size; cached blocks are
+released least recently cached first when the cache exceeds its limit.
+
+The pools are not thread-safe: the evaluator's thread owns them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+from typing import Callable, Optional
+
+from .driver.base import DriverError
+from .driver.host import host_memory_info
+
+MIN_BLOCK = 256
+SMALL_MAX = 1 << 20          # up to here: powers of two
+LARGE_PAGE = 2 << 20         # above: multiples of this
+HOST_HEADER = 256            # slack in front of host data; MLX's size header sits at data - 8
+
+# Default memory limit as a fraction of the memory the pool draws on. A discrete GPU's
+# memory is ours apart from what vendor libraries (GEMM workspaces) and the driver take;
+# unified memory is shared with the OS and with MLX's own CPU allocations.
+DISCRETE_FRACTION = 0.90
+SHARED_FRACTION = 0.75
+
+
+def round_size(n: int) -> int:
+    """The size class of an ``n``-byte request."""
+    if n <= MIN_BLOCK:
+        return MIN_BLOCK
+    if n <= SMALL_MAX:
+        return 1 << (n - 1).bit_length()
+    return -(-n // LARGE_PAGE) * LARGE_PAGE
+
+
+def fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+class Block:
+    """One allocation: ``ptr`` from the driver, ``size`` its class, ``data`` where the
+    caller's bytes start (``ptr`` plus the pool's header), ``requested`` the caller's size."""
+
+    __slots__ = ("ptr", "size", "requested", "data", "pool", "live")
+
+    def __init__(self, ptr: int, size: int, requested: int, data: int, pool):
+        self.ptr, self.size, self.requested, self.data = ptr, size, requested, data
+        self.pool, self.live = pool, True
+
+    def __repr__(self):
+        return f"Block(data={self.data:#x}, size={self.size}, requested={self.requested}, live={self.live})"
+
+
+class Pool:
+    """A caching allocator over a pair of driver calls (see the module docstring)."""
+
+    kind = "memory"
+    header = 0
+
+    def __init__(self, alloc: Callable[[int], int], free: Callable[[int], None],
+                 mem_info: Callable[[], tuple], limit: Optional[int] = None):
+        self._raw_alloc, self._raw_free, self._mem_info = alloc, free, mem_info
+        if limit is None:
+            limit = int(mem_info()[1] * DISCRETE_FRACTION)
+        self._limit = int(limit)
+        self._cache_limit = self._limit     # MLX's default: the cache may grow to the limit
+        self._active = self._peak = self._cached = 0
+        self._bins: dict[int, list] = {}    # size class -> cached blocks, most recent last
+        self._sizes: list[int] = []         # sorted keys of _bins
+        self._lru = collections.OrderedDict()   # cached blocks, oldest first
+        self.counts = dict.fromkeys(("driver_allocs", "driver_frees", "hits", "misses", "oom_retries"), 0)
+
+    # --- allocation -----------------------------------------------------------
+    def alloc(self, nbytes: int) -> Block:
+        if type(nbytes) is not int:
+            if not hasattr(nbytes, "__index__") or isinstance(nbytes, bool):
+                raise TypeError(f"{self.kind} allocation size must be an int, got {type(nbytes).__name__}")
+            nbytes = int(nbytes)
+        if nbytes <= 0:
+            if nbytes < 0:
+                raise ValueError(f"{self.kind} allocation size must be >= 0, got {nbytes}")
+            total = self.header + 1           # even an empty buffer gets a data byte
+        else:
+            total = self.header + nbytes
+        if total <= MIN_BLOCK:
+            size, most = MIN_BLOCK, 2 * MIN_BLOCK
+        else:   # round_size, inlined for the common small case
+            size = 1 << (total - 1).bit_length() if total <= SMALL_MAX else round_size(total)
+            most = 2 * total
+        blk = self._take_cached(size, most) if self._sizes else None
+        if blk is None:
+            blk = self._new_block(nbytes, size)
+        else:
+            blk.requested, blk.live = nbytes, True
+            self.counts["hits"] += 1
+        self._active += blk.size
+        if self._active > self._peak:
+            self._peak = self._active
+        return blk
+
+    def _take_cached(self, size: int, most: int) -> Optional[Block]:
+        sizes = self._sizes
+        i = bisect.bisect_left(sizes, size)
+        if i == len(sizes) or sizes[i] > most:
+            return None
+        s = sizes[i]
+        bin_ = self._bins[s]
+        blk = bin_.pop()
+        if not bin_:
+            del self._bins[s]
+            del sizes[i]
+        del self._lru[blk]
+        self._cached -= s
+        return blk
+
+    def _new_block(self, nbytes: int, size: int) -> Block:
+        self.counts["misses"] += 1
+        if self._active + self._cached + size > self._limit:
+            self._release(self._active + self._cached + size - self._limit)
+        if self._active + size > self._limit:
+            raise self._oom(nbytes, size, "over the memory limit")
+        try:
+            ptr = self._raw_alloc(size)
+        except DriverError as e:
+            if not e.out_of_memory:
+                raise
+            self.counts["oom_retries"] += 1
+            self.clear_cache()
+            try:
+                ptr = self._raw_alloc(size)
+            except DriverError as e2:
+                if not e2.out_of_memory:
+                    raise
+                raise self._oom(nbytes, size, str(e2)) from e2
+        self.counts["driver_allocs"] += 1
+        return Block(ptr, size, nbytes, ptr + self.header, self)
+
+    def _oom(self, nbytes: int, size: int, why: str) -> MemoryError:
+        try:
+            free, total = self._mem_info()
+            dev = f"{fmt_bytes(free)} free of {fmt_bytes(total)}"
+        except DriverError:
+            dev = "unknown"
+        return MemoryError(
+            f"out of {self.kind} memory: cannot allocate {nbytes} bytes "
+            f"({fmt_bytes(size)} block): {why}; pool holds {fmt_bytes(self._active)} active, "
+            f"{fmt_bytes(self._cached)} cached, limit {fmt_bytes(self._limit)}; {self.kind}: {dev}")
+
+    def free(self, blk: Block) -> None:
+        """Return a block to the cache (or to the driver when caching is off)."""
+        if getattr(blk, "pool", None) is not self or type(blk) is not Block:
+            raise ValueError(f"{blk!r} was not allocated by this {self.kind} pool")
+        if not blk.live:
+            raise ValueError(f"double free of {blk!r}")
+        blk.live = False
+        self._active -= blk.size
+        bin_ = self._bins.get(blk.size)
+        if bin_ is None:
+            bin_ = self._bins[blk.size] = []
+            bisect.insort(self._sizes, blk.size)
+        bin_.append(blk)
+        self._lru[blk] = None
+        self._cached += blk.size
+        if self._cached > self._cache_limit:
+            self._release(self._cached - self._cache_limit)
+
+    def _release(self, nbytes: int) -> None:
+        """Give at least ``nbytes`` of cached blocks back to the driver, oldest first."""
+        lru, bins = self._lru, self._bins
+        while nbytes > 0 and lru:
+            blk, _ = lru.popitem(last=False)
+            bin_ = bins[blk.size]
+            bin_.remove(blk)
+            if not bin_:
+                del bins[blk.size]
+                self._sizes.remove(blk.size)
+            self._cached -= blk.size
+            nbytes -= blk.size
+            self.counts["driver_frees"] += 1
+            self._raw_free(blk.ptr)
+
+    # --- MLX-named counters -----------------------------------------------------
+    def get_active_memory(self) -> int:
+        return self._active
+
+    def get_peak_memory(self) -> int:
+        return self._peak
+
+    def reset_peak_memory(self) -> None:
+        # the peak restarts from what is held now (MLX restarts from 0)
+        self._peak = self._active
+
+    def get_cache_memory(self) -> int:
+        return self._cached
+
+    def get_memory_limit(self) -> int:
+        return self._limit
+
+    def set_memory_limit(self, limit: int) -> int:
+        """Cap on what the pool holds from the driver (active + cached); returns the old one.
+        Enforced at the next allocation, which first releases cache to fit."""
+        old, self._limit = self._limit, _check_limit("memory", limit)
+        return old
+
+    def set_cache_limit(self, limit: int) -> int:
+        old, self._cache_limit = self._cache_limit, _check_limit("cache", limit)
+        if self._cached > self._cache_limit:
+            self._release(self._cached - self._cache_limit)
+        return old
+
+    def clear_cache(self) -> None:
+        self._release(self._cached)
+
+    def stats(self) -> dict:
+        return dict(self.counts, active=self._active, peak=self._peak, cache=self._cached,
+                    limit=self._limit, cache_limit=self._cache_limit)
+
+
+def _check_limit(what: str, limit) -> int:
+    if isinstance(limit, bool) or not hasattr(limit, "__index__") or int(limit) < 0:
+        raise ValueError(f"{what} limit must be a non-negative int, got {limit!r}")
+    return int(limit)
+
+
+class DevicePool(Pool):
+    """Device memory: ``driver.malloc``, or ``malloc_managed`` when ``managed``."""
+
+    kind = "device"
+
+    def __init__(self, driver, managed: bool = False, limit: Optional[int] = None):
+        alloc = driver.malloc_managed if managed else driver.malloc
+        if limit is None:
+            limit = int(driver.mem_info()[1] * (SHARED_FRACTION if managed else DISCRETE_FRACTION))
+        super().__init__(alloc, driver.free, driver.mem_info, limit)
+
+
+class HostPool(Pool):
+    """Buffers MLX will own: 256 bytes of slack before ``data`` for MLX's size header.
+
+    ``managed=False``: pinned host memory (discrete GPUs; limit from system memory).
+    ``managed=True``: one managed allocation that host and device both address
+    (unified mode; limit from the device's memory, like ``DevicePool(managed=True)``).
+    """
+
+    kind = "host"
+    header = HOST_HEADER
+
+    def __init__(self, driver, managed: bool = False, limit: Optional[int] = None):
+        if managed:
+            self.kind = "unified"
+            if limit is None:
+                limit = int(driver.mem_info()[1] * SHARED_FRACTION)
+            super().__init__(driver.malloc_managed, driver.free, driver.mem_info, limit)
+        else:
+            if limit is None:
+                limit = int(host_memory_info()[1] * SHARED_FRACTION)
+            super().__init__(driver.host_alloc, driver.host_free, host_memory_info, limit)

@@ -1,0 +1,250 @@
+"""Which side of each buffer is valid: the residency manager (DESIGN.md, "Memory model").
+
+Every buffer the evaluator touches is identified by a *key*, the address of MLX's
+buffer (its 8-byte size header, i.e. data - 8), which the bridge reports.
+
+- Ours (``new_buffer``): outputs the evaluator attaches to MLX arrays. Discrete: a
+  pinned host block that MLX sees plus a device block that kernels write. Unified:
+  one managed block whose data pointer is also the device pointer; never copied.
+  The token ``new_buffer`` returns *is* the key, and the bridge's deleter reports it
+  to ``freed`` when MLX drops the buffer.
+- MLX-owned (weights, numpy-born arrays, CPU-fallback outputs): uploaded on first
+  ``device_ptr`` and kept resident until the bridge reports the host buffer
+  ``expired``. The bridge must report an expiry before MLX can reuse the address
+  (its CPU allocator is plain malloc); a record whose data pointer or size no longer
+  match is dropped and uploaded afresh, but a reused address of the same size
+  cannot be told apart here. In unified mode MLX-owned buffers are still copied once
+  into managed memory: MLX's pageable host memory is only GPU-addressable on APUs
+  with XNACK (MI300A) or after registering it, which the driver interface does not
+  offer yet; the H200 test machine cannot address it at all.
+
+Per buffer, one byte range ``[lo, hi)`` (the hull of the writes since the last
+sync) marks where the device copy is newer than the host; ``dev_valid`` False means
+the host is newer (MLX's CPU fallback wrote it). All copies go on the caller's
+stream. The evaluator uses one stream, so a freed block may be handed out again at
+once: whatever reuses it is queued after the kernels that used it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Optional
+
+from .memory import DevicePool, HostPool
+
+HEADER = 8   # MLX's size header right before the data: key = data - 8
+
+MODES = ("unified", "discrete")
+
+
+class _Rec:
+    __slots__ = ("key", "nbytes", "host_ptr", "dev_ptr", "host", "dev", "ours", "shared",
+                 "lo", "hi", "dev_valid")
+
+    def __init__(self, key, nbytes, host_ptr, dev_ptr, host, dev, ours, shared):
+        self.key, self.nbytes, self.host_ptr, self.dev_ptr = key, nbytes, host_ptr, dev_ptr
+        self.host, self.dev, self.ours, self.shared = host, dev, ours, shared
+        self.lo = self.hi = 0          # device-newer range; empty when lo >= hi
+        self.dev_valid = True
+
+
+def resolve_mode(props, mode: Optional[str] = None) -> str:
+    """``mode``, else ``MLX_AMD_MEMORY``, else unified on integrated GPUs."""
+    if mode is None:
+        mode, src = os.environ.get("MLX_AMD_MEMORY"), "MLX_AMD_MEMORY"
+        if not mode:
+            mode, src = ("unified" if props.integrated else "discrete"), "default for this device"
+    else:
+        src = "mode"
+    if not isinstance(mode, str):
+        raise TypeError(f"{src} must be a string, got {type(mode).__name__}")
+    mode = mode.strip().lower()
+    if mode not in MODES:
+        raise ValueError(f"{src}={mode!r}: expected one of {', '.join(MODES)}")
+    if mode == "unified" and not props.managed_memory:
+        raise ValueError(f"{src}=unified, but {props.name} does not support managed memory")
+    return mode
+
+
+class Residency:
+    def __init__(self, driver, props, mode: Optional[str] = None):
+        self.driver = driver
+        self.mode = resolve_mode(props, mode)
+        self.unified = self.mode == "unified"
+        if self.unified:
+            # one pool of managed blocks serves our outputs, uploads and temporaries
+            self.host_pool = HostPool(driver, managed=True)
+            self.device_pool = self.host_pool
+        else:
+            self.host_pool = HostPool(driver)
+            self.device_pool = DevicePool(driver)
+        self._recs: dict[int, _Rec] = {}
+        self._dirty: set[int] = set()      # keys whose device copy is newer somewhere
+        self.uploads = self.upload_bytes = 0
+        self.writebacks = self.writeback_bytes = 0
+
+    # --- our outputs --------------------------------------------------------------
+    def new_buffer(self, nbytes: int) -> tuple[int, int, int]:
+        """A buffer for an output: (token == key, host data pointer, device pointer)."""
+        host = self.host_pool.alloc(nbytes)
+        if self.unified:
+            dev, dev_ptr = None, host.data
+        else:
+            try:
+                dev = self.device_pool.alloc(nbytes)
+            except BaseException:
+                self.host_pool.free(host)
+                raise
+            dev_ptr = dev.data
+        key = host.data - HEADER
+        self._recs[key] = _Rec(key, nbytes, host.data, dev_ptr, host, dev, True, self.unified)
+        return key, host.data, dev_ptr
+
+    def key_of(self, token: int) -> int:
+        return token
+
+    def freed(self, tokens: Iterable[int]) -> None:
+        """The bridge's deleters reported these buffers of ours dead: recycle their blocks."""
+        unknown = []
+        recs = self._recs
+        for t in tokens:
+            rec = recs.get(t)
+            if rec is None or not rec.ours:
+                unknown.append(t)
+                continue
+            del recs[t]
+            self._dirty.discard(t)
+            self.host_pool.free(rec.host)
+            if rec.dev is not None:
+                self.device_pool.free(rec.dev)
+        if unknown:
+            raise ValueError(f"freed(): {len(unknown)} token(s) are not live buffers of ours "
+                             f"(double free?): {', '.join(hex(t) for t in unknown[:8])}")
+
+    # --- any tracked buffer ----------------------------------------------------------
+    def device_ptr(self, key: int, host_data_ptr: int, buffer_nbytes: int, stream=None) -> int:
+        """Device address of a buffer's data, uploading MLX-owned host data on first use."""
+        rec = self._recs.get(key)
+        if rec is not None:
+            if rec.ours or (rec.host_ptr == host_data_ptr and rec.nbytes == buffer_nbytes):
+                if not rec.dev_valid:
+                    self._upload(rec, stream)
+                return rec.dev_ptr
+            self._drop(rec)          # the address was reused by another MLX buffer
+        if not host_data_ptr and buffer_nbytes:
+            raise ValueError(f"device_ptr(key={key:#x}): null host data pointer for {buffer_nbytes} bytes")
+        dev = self.device_pool.alloc(buffer_nbytes)
+        rec = _Rec(key, buffer_nbytes, host_data_ptr, dev.data, None, dev, False, False)
+        self._upload(rec, stream)
+        self._recs[key] = rec
+        return rec.dev_ptr
+
+    def _upload(self, rec: _Rec, stream) -> None:
+        if rec.nbytes:
+            self.driver.memcpy_htod(rec.dev_ptr, rec.host_ptr, rec.nbytes, stream)
+        rec.dev_valid = True
+        rec.lo = rec.hi = 0
+        self._dirty.discard(rec.key)
+        self.uploads += 1
+        self.upload_bytes += rec.nbytes
+
+    def written(self, key: int, byte_range: Optional[tuple] = None) -> None:
+        """A kernel wrote the device copy (all of it, or bytes [lo, hi))."""
+        rec = self._recs.get(key)
+        if rec is None:
+            raise KeyError(f"written(): buffer {key:#x} is not tracked")
+        if byte_range is None:
+            lo, hi = 0, rec.nbytes
+        else:
+            lo, hi = byte_range
+            if not 0 <= lo <= hi <= rec.nbytes:
+                raise ValueError(f"written({key:#x}): range [{lo}, {hi}) outside the buffer's {rec.nbytes} bytes")
+            if lo == hi:
+                return
+        if rec.lo < rec.hi:
+            lo, hi = min(lo, rec.lo), max(hi, rec.hi)
+        else:
+            self._dirty.add(key)
+        rec.lo, rec.hi = lo, hi
+
+    def host_written(self, key: int) -> None:
+        """MLX's CPU fallback wrote the host copy: the device copy is stale."""
+        rec = self._recs.get(key)
+        if rec is not None:
+            rec.lo = rec.hi = 0
+            self._dirty.discard(key)
+            if not rec.shared:
+                rec.dev_valid = False
+
+    def _download(self, rec: _Rec, stream) -> int:
+        """Queue the D2H copy of the stale range; returns bytes copied."""
+        n = 0
+        if not rec.shared:
+            n = rec.hi - rec.lo
+            self.driver.memcpy_dtoh(rec.host_ptr + rec.lo, rec.dev_ptr + rec.lo, n, stream)
+            self.writebacks += 1
+            self.writeback_bytes += n
+        rec.lo = rec.hi = 0
+        self._dirty.discard(rec.key)
+        return n
+
+    def ensure_host(self, key: int, stream=None) -> int:
+        """Make the host copy valid (used before MLX's CPU code reads it); returns bytes copied.
+        Waits for the stream whenever the device wrote the buffer, even in unified mode."""
+        rec = self._recs.get(key)
+        if rec is None or rec.lo >= rec.hi:
+            return 0
+        n = self._download(rec, stream)
+        self.driver.stream_synchronize(stream)
+        return n
+
+    def writeback(self, keys_alive: Optional[Iterable[int]] = None, stream=None) -> int:
+        """At the end of an evaluation: copy back the stale ranges of the buffers still alive
+        (``None``: every tracked buffer, right after ``freed`` has removed the dead ones).
+        Returns bytes copied."""
+        n, synced = 0, False
+        recs = self._recs
+        for key in list(self._dirty) if keys_alive is None else keys_alive:
+            rec = recs.get(key)
+            if rec is not None and rec.lo < rec.hi:
+                n += self._download(rec, stream)
+                synced = True
+        if synced:
+            self.driver.stream_synchronize(stream)
+        return n
+
+    # --- MLX-owned buffers ---------------------------------------------------------------
+    def _drop(self, rec: _Rec) -> None:
+        del self._recs[rec.key]
+        self._dirty.discard(rec.key)
+        self.device_pool.free(rec.dev)
+
+    def expired(self, keys: Iterable[int]) -> None:
+        """MLX-owned host buffers died: drop their device copies (unknown keys are ignored)."""
+        recs = self._recs
+        for key in keys:
+            rec = recs.get(key)
+            if rec is not None and not rec.ours:
+                self._drop(rec)
+
+    def clear(self, stream=None) -> None:
+        """Drop every MLX-owned device copy, writing back what kernels wrote into them
+        first: once the runtime is disabled MLX may mutate or donate them unseen."""
+        theirs = [r for r in self._recs.values() if not r.ours]
+        self.writeback([r.key for r in theirs], stream)
+        for rec in theirs:
+            self._drop(rec)
+
+    def is_tracked(self, key: int) -> bool:
+        return key in self._recs
+
+    def stats(self) -> dict:
+        resident = sum(1 for r in self._recs.values() if not r.ours)
+        return {
+            "mode": self.mode,
+            "uploads": self.uploads, "upload_bytes": self.upload_bytes,
+            "writebacks": self.writebacks, "writeback_bytes": self.writeback_bytes,
+            "resident_buffers": resident, "our_buffers": len(self._recs) - resident,
+            "device_pool": self.device_pool.stats(),
+            "host_pool": self.host_pool.stats(),
+        }

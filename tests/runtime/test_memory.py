@@ -1,0 +1,318 @@
+"""The caching pools, on a fake counting driver (no memory behind the addresses) and on HostDriver."""
+
+import random
+
+import pytest
+
+from mlx_amd.runtime.driver.base import DriverError
+from mlx_amd.runtime.driver.host import HostDriver
+from mlx_amd.runtime.memory import (HOST_HEADER, LARGE_PAGE, MIN_BLOCK, SMALL_MAX, Block,
+                                    DevicePool, HostPool, round_size)
+
+MiB = 1 << 20
+
+
+class FakeDriver:
+    """Hands out increasing fake addresses, logs every call, and runs out of memory
+    past ``capacity`` live bytes (or with ``error`` set, fails with that error)."""
+
+    def __init__(self, capacity=1 << 40):
+        self.capacity, self.next, self.live, self.log = capacity, 1 << 32, {}, []
+        self.error = None
+
+    def _oom(self, call, n):
+        raise DriverError(f"{call}({n})", 2, "fakeErrorOutOfMemory", "out of memory")
+
+    def malloc(self, n):
+        if self.error:
+            raise self.error
+        if sum(self.live.values()) + n > self.capacity:
+            self._oom("malloc", n)
+        p, self.next = self.next, self.next + n + 4096
+        self.live[p] = n
+        self.log.append(("malloc", p, n))
+        return p
+
+    malloc_managed = host_alloc = malloc
+
+    def free(self, p):
+        self.log.append(("free", p, self.live.pop(p)))
+
+    host_free = free
+
+    def mem_info(self):
+        return self.capacity - sum(self.live.values()), self.capacity
+
+    def calls(self, name):
+        return [e for e in self.log if e[0] == name]
+
+
+@pytest.fixture
+def fake():
+    return FakeDriver()
+
+
+@pytest.fixture
+def pool(fake):
+    return DevicePool(fake, limit=1 << 36)
+
+
+def held(drv):
+    return sum(drv.live.values())
+
+
+def check_consistent(pool, drv, live_blocks):
+    assert pool.get_active_memory() == sum(b.size for b in live_blocks)
+    assert held(drv) == pool.get_active_memory() + pool.get_cache_memory()
+    assert pool.get_peak_memory() >= pool.get_active_memory()
+
+
+# --- size classes -----------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 1000, 4096, 4097, SMALL_MAX - 1, SMALL_MAX,
+                               SMALL_MAX + 1, 3 * MiB + 5, 1 << 33])
+def test_size_classes(n):
+    s = round_size(n)
+    assert s >= max(n, MIN_BLOCK) and s % MIN_BLOCK == 0
+    if n <= SMALL_MAX:
+        assert s & (s - 1) == 0 and (s < 2 * n or s == MIN_BLOCK)
+    else:
+        assert s % LARGE_PAGE == 0 and s - n < LARGE_PAGE
+
+
+def test_blocks_are_small_and_aligned():
+    d = HostDriver()
+    dp, hp = DevicePool(d), HostPool(d)
+    assert not hasattr(Block(1, 256, 1, 1, None), "__dict__")
+    blocks = [dp.alloc(n) for n in (1, 300, 70000)] + [hp.alloc(n) for n in (0, 1, 300, 70000)]
+    for b in blocks:
+        assert b.data % 256 == 0
+        assert b.data + b.requested <= b.ptr + b.size
+    for b in blocks[3:]:
+        assert b.data == b.ptr + HOST_HEADER
+    for b in blocks[:3]:
+        dp.free(b)
+    for b in blocks[3:]:
+        hp.free(b)
+    dp.clear_cache()
+    hp.clear_cache()
+    assert d.live_allocations() == 0
+    assert d.counters["host_alloc"] == 4 and d.counters["malloc"] == 3
+
+
+# --- caching ------------------------------------------------------------------------
+
+def test_freed_block_is_reused_without_the_driver(pool, fake):
+    a = pool.alloc(1000)
+    ptr = a.ptr
+    pool.free(a)
+    b = pool.alloc(900)                       # same class (1024)
+    assert b.ptr == ptr and b.requested == 900 and b.size == 1024
+    assert len(fake.calls("malloc")) == 1 and not fake.calls("free")
+    assert pool.stats()["hits"] == 1
+
+
+def test_best_fit(pool, fake):
+    blocks = {n: pool.alloc(n) for n in (4096, 1024, 2048)}
+    for b in blocks.values():
+        pool.free(b)
+    assert pool.alloc(1500).ptr == blocks[2048].ptr       # not the 4096 one
+    assert pool.alloc(600).ptr == blocks[1024].ptr
+    assert len(fake.calls("malloc")) == 3
+
+
+def test_never_more_than_twice_the_request(pool, fake):
+    big = pool.alloc(4096)
+    pool.free(big)
+    small = pool.alloc(1024)                  # 4096 > 2 * 1024: a new block
+    assert small.ptr != big.ptr and len(fake.calls("malloc")) == 2
+    half = pool.alloc(2048)                   # 4096 <= 2 * 2048: reuse
+    assert half.ptr == big.ptr and half.size == 4096
+    pool.free(small)
+    pool.free(half)
+    large = pool.alloc(5 * MiB)               # class 6 MiB
+    pool.free(large)
+    assert pool.alloc(2 * MiB + 1).ptr != large.ptr       # 6 MiB > 2 * (2 MiB + 1)
+    assert pool.alloc(3 * MiB).ptr == large.ptr
+
+
+def test_cache_limit_releases_least_recently_cached(pool, fake):
+    blocks = [pool.alloc(4096) for _ in range(4)]
+    assert pool.set_cache_limit(3 * 4096) == 1 << 36
+    for b in blocks:
+        pool.free(b)
+    assert fake.calls("free") == [("free", blocks[0].ptr, 4096)]
+    assert pool.get_cache_memory() == 3 * 4096
+    pool.alloc(4096)                          # takes the most recently cached one
+    pool.free(pool.alloc(256))
+    pool.set_cache_limit(4096)                # shrinking trims at once, oldest first
+    assert [e[1] for e in fake.calls("free")] == [blocks[0].ptr, blocks[1].ptr, blocks[2].ptr]
+    pool.set_cache_limit(0)
+    assert pool.get_cache_memory() == 0
+    b = pool.alloc(100)
+    pool.free(b)                              # caching off: straight back to the driver
+    assert fake.calls("free")[-1][1] == b.ptr
+
+
+def test_counters(pool, fake):
+    a, b = pool.alloc(3000), pool.alloc(MiB + 1)
+    assert pool.get_active_memory() == 4096 + 2 * MiB
+    assert pool.get_peak_memory() == pool.get_active_memory()
+    pool.free(b)
+    assert pool.get_active_memory() == 4096
+    assert pool.get_cache_memory() == 2 * MiB
+    assert pool.get_peak_memory() == 4096 + 2 * MiB
+    pool.reset_peak_memory()
+    assert pool.get_peak_memory() == 4096
+    pool.clear_cache()
+    assert pool.get_cache_memory() == 0 and held(fake) == 4096
+    check_consistent(pool, fake, [a])
+
+
+def test_random_sequences_stay_consistent(fake):
+    pool = DevicePool(fake, limit=1 << 36)
+    pool.set_cache_limit(8 * MiB)
+    rng = random.Random(4)
+    live = []
+    for _ in range(2000):
+        if live and rng.random() < 0.45:
+            pool.free(live.pop(rng.randrange(len(live))))
+        else:
+            n = rng.choice([rng.randrange(0, 5000), rng.randrange(0, 3 * MiB)])
+            b = pool.alloc(n)
+            assert b.size >= n and b.size <= 2 * max(n + 1, MIN_BLOCK) and b.requested == n
+            live.append(b)
+        assert pool.get_cache_memory() <= 8 * MiB
+    check_consistent(pool, fake, live)
+    assert len({b.ptr for b in live}) == len(live)
+
+
+# --- limits and out of memory ------------------------------------------------------------
+
+def test_memory_limit_releases_cache_then_raises(pool, fake):
+    a = pool.alloc(64 * 1024)
+    c = pool.alloc(64 * 1024)
+    pool.free(c)
+    assert pool.set_memory_limit(192 * 1024) == 1 << 36
+    b = pool.alloc(100 * 1024)               # 128 KiB class: fits only once the cache is released
+    assert pool.get_cache_memory() == 0 and ("free", c.ptr, 64 * 1024) in fake.log
+    state = (pool.get_active_memory(), pool.get_peak_memory(), held(fake))
+    with pytest.raises(MemoryError) as e:
+        pool.alloc(70 * 1024)
+    msg = str(e.value)
+    assert "71680 bytes" in msg and "over the memory limit" in msg
+    assert "192.0 KiB active" in msg and "limit 192.0 KiB" in msg
+    assert (pool.get_active_memory(), pool.get_peak_memory(), held(fake)) == state
+    pool.free(b)
+    check_consistent(pool, fake, [a])
+
+
+def test_driver_oom_frees_cache_and_retries(fake):
+    fake.capacity = 10 * MiB
+    pool = DevicePool(fake)
+    assert pool.get_memory_limit() == int(10 * MiB * 0.9)
+    pool.set_memory_limit(1 << 30)           # let the driver be the one that fails
+    keep = pool.alloc(4 * MiB)
+    cached = [pool.alloc(2 * MiB), pool.alloc(2 * MiB)]
+    for b in cached:
+        pool.free(b)
+    got = pool.alloc(5 * MiB + 1)            # 6 MiB: fails at first, fits once the cache is gone
+    assert pool.get_cache_memory() == 0 and pool.stats()["oom_retries"] == 1
+    assert {e[1] for e in fake.calls("free")} == {b.ptr for b in cached}
+    check_consistent(pool, fake, [keep, got])
+
+
+def test_driver_oom_after_retry_is_a_memory_error(fake):
+    fake.capacity = 10 * MiB
+    pool = DevicePool(fake, limit=1 << 30)
+    keep = pool.alloc(6 * MiB)
+    pool.free(pool.alloc(2 * MiB))
+    before = (pool.get_active_memory(), pool.get_peak_memory())
+    with pytest.raises(MemoryError) as e:
+        pool.alloc(7 * MiB)
+    msg = str(e.value)
+    assert "cannot allocate 7340032 bytes" in msg and "8.0 MiB block" in msg
+    assert "6.0 MiB active" in msg and "0 B cached" in msg and "limit 1.0 GiB" in msg
+    assert "4.0 MiB free of 10.0 MiB" in msg and "OutOfMemory" in msg
+    assert isinstance(e.value.__cause__, DriverError)
+    assert (pool.get_active_memory(), pool.get_peak_memory()) == before
+    assert pool.get_cache_memory() == 0
+    check_consistent(pool, fake, [keep])
+    pool.free(keep)
+    assert pool.alloc(7 * MiB).size == 8 * MiB   # usable again afterwards
+
+
+def test_other_driver_errors_pass_through(pool, fake):
+    fake.error = DriverError("malloc(256)", 700, "fakeErrorIllegalAddress", "illegal address")
+    with pytest.raises(DriverError, match="IllegalAddress"):
+        pool.alloc(1)
+    assert pool.get_active_memory() == 0 and pool.stats()["oom_retries"] == 0
+
+
+def test_host_driver_oom_path():
+    d = HostDriver(fail_malloc_over=MiB)
+    pool = DevicePool(d)
+    ok = pool.alloc(MiB)
+    with pytest.raises(MemoryError, match="2097153 bytes"):
+        pool.alloc(2 * MiB + 1)
+    pool.free(ok)
+    pool.clear_cache()
+    assert d.live_allocations() == 0
+
+
+def test_bad_arguments(pool):
+    with pytest.raises(ValueError, match=">= 0"):
+        pool.alloc(-1)
+    with pytest.raises(TypeError, match="int"):
+        pool.alloc("10")
+    with pytest.raises(TypeError):
+        pool.alloc(1.5)
+    b = pool.alloc(10)
+    pool.free(b)
+    with pytest.raises(ValueError, match="double free"):
+        pool.free(b)
+    other = DevicePool(FakeDriver(), limit=1 << 30)
+    with pytest.raises(ValueError, match="not allocated by this"):
+        other.free(pool.alloc(10))
+    with pytest.raises(ValueError, match="limit"):
+        pool.set_memory_limit(-5)
+    with pytest.raises(ValueError, match="limit"):
+        pool.set_cache_limit("big")
+
+
+def test_host_pool_kinds():
+    d = HostDriver()
+    pinned, managed = HostPool(d), HostPool(d, managed=True)
+    a, b = pinned.alloc(10), managed.alloc(10)
+    assert d.counters["host_alloc"] == 1 and d.counters["malloc_managed"] == 1
+    assert (pinned.kind, managed.kind) == ("host", "unified")
+    assert managed.get_memory_limit() == int(d.mem_info()[1] * 0.75)
+    pinned.free(a)
+    managed.free(b)
+    pinned.clear_cache()
+    managed.clear_cache()
+    assert d.counters["host_free"] == 1 and d.counters["free"] == 1
+    assert d.live_allocations() == 0
+
+
+@pytest.mark.gpu
+def test_real_device_oom_is_a_memory_error_and_the_pool_survives():
+    from mlx_amd.runtime.driver import get_driver
+    d = get_driver()
+    free, total = d.mem_info()
+    pool = DevicePool(d)
+    pool.set_memory_limit(4 * total)         # let the driver be the one that refuses
+    keep = pool.alloc(3000)
+    pool.free(pool.alloc(MiB))
+    with pytest.raises(MemoryError) as e:
+        pool.alloc(2 * total)
+    msg = str(e.value)
+    assert f"cannot allocate {2 * total} bytes" in msg and "free of" in msg
+    assert isinstance(e.value.__cause__, DriverError) and e.value.__cause__.out_of_memory
+    assert pool.get_active_memory() == keep.size and pool.get_cache_memory() == 0
+    assert pool.stats()["oom_retries"] == 1
+    b = pool.alloc(MiB)                      # still usable
+    d.memset(b.data, 7, MiB)
+    pool.free(b)
+    pool.free(keep)
+    pool.clear_cache()
