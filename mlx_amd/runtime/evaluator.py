@@ -133,6 +133,11 @@ class Evaluator:
                 else:
                     self._fallback(g, i, ins, outs)
                     count(prim, "cpu")
+                    g.finish(i)
+                    # MLX allocated (and may have freed) host memory: learn of dead
+                    # buffers before an address can come back under a new array.
+                    self._reap()
+                    continue
             g.finish(i)
             freed = _bridge.drain_freed()
             if freed:
@@ -163,6 +168,9 @@ class Evaluator:
         if plan is None:
             return False
         res = self.residency
+        for s, inf in zip(ins, infos):
+            if inf[9] == -1 and not res.is_tracked(inf[0]):
+                g.watch(s)  # MLX-owned: the bridge tells us when its host buffer dies
         ptrs = [res.device_ptr(inf[0], inf[1], inf[5], self.stream) + inf[2] for inf in infos]
         out = outs[0]
         nbytes = size * _itemsize(out_meta[1])
