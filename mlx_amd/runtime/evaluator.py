@@ -99,12 +99,14 @@ class Evaluator:
             try:
                 self._run(g)
             finally:
+                # Also after a failure (out of memory, a driver error): the nodes that did
+                # finish are available to MLX and must be readable.
                 g.release()
                 self._reap()
-            # Everything still stale on the host is held by someone: write it back.
-            self.residency.writeback(stream=self.stream)
-            if self.stream is not None:
-                self.driver.stream_synchronize(self.stream)
+                # Everything still stale on the host is held by someone: write it back.
+                self.residency.writeback(stream=self.stream)
+                if self.stream is not None:
+                    self.driver.stream_synchronize(self.stream)
             self.stats.evals += 1
 
     def synchronize(self):
