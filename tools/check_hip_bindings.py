@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""Check mlx-amd's HIP bindings against a real ROCm install (CI: Debian's ROCm 6.4).
+
+Runs with the ROCm environment's own python3, e.g.
+
+    tools/rocm-toolchain.sh run "$PWD" python3 tools/check_hip_bindings.py
+
+and exits non-zero on any mismatch. It checks that:
+  1. libamdhip64 loads through the driver's own search and exports every HIP
+     symbol in mlx_amd/runtime/driver/table.py;
+  2. each declared prototype (argument count, and pointer / 32-bit / 64-bit /
+     float class of every argument and of the result) matches hip_runtime_api.h;
+  3. the enum values, launch-parameter constants and hipDeviceProp_t offsets that
+     hip.py hard-codes equal what a C compiler computes from the same headers;
+  4. with no GPU, the driver reports zero devices and a failing call raises a
+     clean HipError instead of crashing.
+
+The driver package is imported without running mlx_amd/__init__.py (which needs
+mlx): the parent packages are created by hand. The header parser here is plain
+regular expressions over declarations, shared with the CUDA check in
+tests/driver/test_table.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import types
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def import_driver_package(repo: str = REPO):
+    """mlx_amd.runtime.driver from the source tree, skipping the parents' __init__ files."""
+    for name, rel in (("mlx_amd", "mlx_amd"), ("mlx_amd.runtime", "mlx_amd/runtime")):
+        if name not in sys.modules:
+            mod = types.ModuleType(name)
+            mod.__path__ = [os.path.join(repo, rel)]
+            sys.modules[name] = mod
+    return importlib.import_module("mlx_amd.runtime.driver")
+
+
+# --- a small C declaration parser ------------------------------------------------------
+
+def read_header(paths) -> str:
+    text = ""
+    for p in paths:
+        with open(p, errors="replace") as f:
+            text += f.read() + "\n"
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+def macro_aliases(text: str) -> dict:
+    """``#define a b`` and ``#define a __CUDA_API_PTDS(b)`` -> {a: b}."""
+    out = {}
+    for m in re.finditer(r"^\s*#\s*define\s+(\w+)\s+(?:\w+\(\s*(\w+)\s*\)|(\w+))\s*$", text, re.M):
+        out[m.group(1)] = m.group(2) or m.group(3)
+    return out
+
+
+def _split_params(s: str) -> list:
+    parts, depth, cur = [], 0, ""
+    for ch in s:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    parts = [p.strip() for p in parts]
+    return [] if parts in ([""], ["void"]) else parts
+
+
+def prototypes(text: str, return_types: str) -> dict:
+    """{function name: (return type, [parameter declarations])}; first declaration wins."""
+    out = {}
+    pat = re.compile(r"(?<![\w*])(" + return_types + r")\s*(?:CUDAAPI\s+)?(\w+)\s*\(")
+    for m in pat.finditer(text):
+        name = m.group(2)
+        i, depth = m.end(), 1
+        while i < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        if name not in out:     # C declarations come before C++ convenience overloads
+            params = re.sub(r"__dparm\s*\([^)]*\)", "", text[m.end():i - 1])
+            params = _split_params(" ".join(params.split()))
+            out[name] = (m.group(1), [p.split("=")[0].strip() for p in params])   # C++ defaults
+    return out
+
+
+def typedefs(text: str) -> dict:
+    """{typedef name: underlying type text, or 'enum' / 'struct'}."""
+    out = {}
+    for m in re.finditer(r"typedef\s+(enum|struct|union)[\w\s]*\{[^{}]*\}\s*(\w+)\s*;", text):
+        out[m.group(2)] = "enum" if m.group(1) == "enum" else "struct"
+    for m in re.finditer(r"typedef\s+([^;{}()]+?)\s*\b(\w+)\s*;", text):
+        out.setdefault(m.group(2), " ".join(m.group(1).split()))
+    return out
+
+
+BASE_CLASSES = {
+    "int": "i32", "unsigned int": "i32", "unsigned": "i32", "int32_t": "i32", "uint32_t": "i32",
+    "size_t": "i64", "unsigned long long": "i64", "long long": "i64", "unsigned long": "i64",
+    "long": "i64", "uint64_t": "i64", "int64_t": "i64",
+    "unsigned char": "i8", "char": "i8", "float": "f32", "double": "f64", "enum": "i32",
+}
+
+
+def c_class(decl: str, tdefs: dict, overrides: dict = None) -> str:
+    """Class of a C parameter declaration ("const float* x") or type: ptr/i8/i32/i64/f32/?."""
+    decl = re.sub(r"\b(const|volatile|struct|enum|restrict|__restrict__)\b", " ", decl)
+    if "*" in decl or "[" in decl:
+        return "ptr"
+    words = decl.split()
+    # drop the parameter name, if any
+    if len(words) > 1 and " ".join(words) not in BASE_CLASSES and words[-1] not in tdefs:
+        words = words[:-1]
+    t = " ".join(words)
+    for _ in range(10):
+        if overrides and t in overrides:
+            return overrides[t]
+        if t in BASE_CLASSES:
+            return BASE_CLASSES[t]
+        if t not in tdefs:
+            return f"?{t}"
+        t = tdefs[t]
+        if t in ("enum", "struct"):
+            return "i32" if t == "enum" else "struct"
+        if "*" in t:
+            return "ptr"
+        t = " ".join(re.sub(r"\b(const|volatile|struct|enum)\b", " ", t).split())
+    return f"?{t}"
+
+
+def ctype_class(t) -> str:
+    if t in (ctypes.c_void_p, ctypes.c_char_p) or (
+            isinstance(t, type) and issubclass(t, (ctypes._Pointer, ctypes.Array))):
+        return "ptr"
+    if t is ctypes.c_float:
+        return "f32"
+    if t is ctypes.c_double:
+        return "f64"
+    return {1: "i8", 2: "i16", 4: "i32", 8: "i64"}[ctypes.sizeof(t)]
+
+
+def check_prototypes(table, vendor: str, protos: dict, aliases: dict, tdefs: dict,
+                     overrides: dict = None) -> tuple[list, int]:
+    """Compare every table row of ``vendor`` with the header; (problems, rows checked)."""
+    from mlx_amd.runtime.driver.table import symbols
+
+    problems, checked = [], 0
+    for entry in table:
+        for sym in symbols(entry, vendor):
+            names = [n for n in protos if n == sym or aliases.get(n) == sym]
+            if not names:
+                problems.append(f"{entry.name}: no prototype for {sym} in the headers")
+                continue
+            ret, params = protos[names[0]]
+            want = [c_class(p, tdefs, overrides) for p in params]
+            have = [ctype_class(t) for t in entry.argtypes]
+            want_ret, have_ret = c_class(ret, tdefs, overrides), ctype_class(entry.restype)
+            checked += 1
+            if want != have or want_ret != have_ret:
+                problems.append(f"{entry.name} ({sym}): header {want_ret} ({', '.join(want)}) "
+                                f"from {ret} {names[0]}({', '.join(params)}); "
+                                f"table {have_ret} ({', '.join(have)})")
+    return problems, checked
+
+
+# --- compiled checks of constants and struct offsets -------------------------------------
+
+def compile_and_print(exprs: dict, includes: list, cflags: list, workdir: str) -> dict:
+    """Compile a C program printing each expression as a long long: {key: value}."""
+    cc = next((c for c in (os.environ.get("CC"), "clang-21", "clang", "cc", "gcc") if c and shutil.which(c)), None)
+    if cc is None:
+        raise RuntimeError("no C compiler found (set CC)")
+    lines = [f"#include <{h}>" for h in ["stdio.h", "stddef.h"] + includes]
+    lines.append("int main(void) {")
+    for key, expr in exprs.items():
+        lines.append(f'  printf("%s %lld\\n", "{key}", (long long)(size_t)({expr}));')
+    lines.append("  return 0;\n}")
+    src, exe = os.path.join(workdir, "consts.c"), os.path.join(workdir, "consts")
+    with open(src, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    r = subprocess.run([cc, "-x", "c", *cflags, src, "-o", exe], capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"{cc} failed:\n{r.stderr[-3000:]}")
+    out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
+    return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+
+
+def hip_expected_constants(hip) -> tuple[dict, dict]:
+    """(C expression per key, value hip.py assumes per key)."""
+    exprs, want = {}, {}
+    for field, (enum, value) in hip.ATTRIBUTES.items():
+        exprs[enum], want[enum] = enum, value
+    for name, value in hip.CONSTANTS.items():
+        exprs[name], want[name] = name, value
+    for fn, (struct, arch_at, size) in hip.PROPS_LAYOUTS.items():
+        exprs[f"offsetof({struct},name)"], want[f"offsetof({struct},name)"] = f"offsetof({struct}, name)", 0
+        key = f"offsetof({struct},gcnArchName)"
+        exprs[key], want[key] = f"offsetof({struct}, gcnArchName)", arch_at
+        exprs[f"sizeof({struct})"], want[f"sizeof({struct})"] = f"sizeof({struct})", size
+        if size > hip.PROPS_BUFFER:
+            want[f"sizeof({struct}) <= PROPS_BUFFER"] = True
+    return exprs, want
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--include", default="/usr/include", help="folder holding hip/hip_runtime_api.h")
+    ap.add_argument("--no-compile", action="store_true", help="skip the compiled constant/offset check")
+    args = ap.parse_args(argv)
+
+    drv_pkg = import_driver_package()
+    from mlx_amd.runtime.driver import hip as hipmod
+    from mlx_amd.runtime.driver.table import TABLE, symbols
+    assert "mlx.core" not in sys.modules, "the driver package must not import mlx"
+    problems: list = []
+
+    # 1. library and symbols
+    try:
+        drv = hipmod.HipDriver()
+    except drv_pkg.DriverUnavailable as e:
+        print(f"FAIL: {e}\n  tried:\n    " + "\n    ".join(e.tried))
+        return 1
+    print(f"library: {drv.library_path}")
+    print(f"runtime {drv.runtime_version()}, driver {drv.driver_version()}")
+    cdll = drv.lib._cdll
+    wanted = [(e.name, s) for e in TABLE for s in symbols(e, "hip")]
+    missing = [f"{s} ({n})" for n, s in wanted if not hasattr(cdll, s)]
+    problems += [f"missing symbol: {m}" for m in missing]
+    print(f"symbols: {len(wanted) - len(missing)}/{len(wanted)} HIP symbols resolved")
+
+    # 2. prototypes
+    hdir = os.path.join(args.include, "hip")
+    text = read_header([os.path.join(hdir, h) for h in sorted(os.listdir(hdir)) if h.endswith(".h")])
+    protos = prototypes(text, r"hipError_t|const\s+char\s*\*")
+    bad, checked = check_prototypes(TABLE, "hip", protos, macro_aliases(text), typedefs(text))
+    problems += bad
+    print(f"prototypes: {checked - len(bad)}/{checked} match {hdir}/*.h")
+
+    # 3. constants and hipDeviceProp_t offsets, computed by the C compiler
+    if not args.no_compile:
+        exprs, want = hip_expected_constants(hipmod)
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                got = compile_and_print(exprs, ["hip/hip_runtime_api.h", "hip/hip_deprecated.h"],
+                                        ["-D__HIP_PLATFORM_AMD__", f"-I{args.include}"], tmp)
+            except (RuntimeError, subprocess.CalledProcessError) as e:
+                problems.append(f"constant check could not run: {e}")
+                got = None
+        if got is not None:
+            bad = [f"{k}: hip.py has {want[k]}, the headers say {got.get(k)}"
+                   for k in want if got.get(k) != want[k]]
+            problems += bad
+            print(f"constants/offsets: {len(want) - len(bad)}/{len(want)} match")
+
+    # 4. behaviour without a GPU
+    try:
+        n = drv.device_count()
+        print(f"device_count: {n}")
+        name, _ = drv.error_string(hipmod.ERROR_NO_DEVICE)
+        if name != "hipErrorNoDevice":
+            problems.append(f"error_string({hipmod.ERROR_NO_DEVICE}) names {name!r}, not hipErrorNoDevice")
+        if n == 0:
+            try:
+                drv.malloc(16)
+                problems.append("malloc succeeded with no device")
+            except drv_pkg.HipError as e:
+                print(f"no device, a call fails cleanly: {e}")
+        else:
+            p = drv.properties(0)
+            print(f"device 0: {p.name} {p.arch_full} wave{p.wave_size} {p.compute_units} CUs")
+    except drv_pkg.DriverError as e:
+        problems.append(f"device query raised {e}")
+
+    for p in problems:
+        print(f"FAIL: {p}")
+    print("OK" if not problems else f"{len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
