@@ -1,0 +1,100 @@
+// mlx_amd._bridge: shared declarations.
+//
+// The bridge only reads MLX's lazy graph and moves buffers around; it computes
+// nothing itself (compute is the runtime's job, or MLX's own eval_cpu).
+// It talks to libmlx through exported symbols and the inline code of the
+// headers shipped in the mlx wheel; both are pinned to MLX 0.32.4.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nanobind/nanobind.h>
+
+#include "mlx/array.h"
+#include "mlx/primitives.h"
+
+namespace mlx_amd {
+
+namespace mx = mlx::core;
+namespace nb = nanobind;
+
+// ---------------------------------------------------------------- buffers
+// Layout of MLX's CPU allocator: an 8-byte size header right before the data.
+constexpr size_t kHeader = sizeof(size_t);
+constexpr uintptr_t kAlign = 256;
+
+// Data wrapping caller memory at host_ptr (header written at host_ptr - 8).
+// The deleter only queues `token`: it may run on MLX's worker threads, during
+// interpreter shutdown, or after the GPU runtime is gone.
+mx::allocator::Data make_foreign_data(uintptr_t host_ptr, size_t nbytes,
+                                      int64_t token);
+// Token of a buffer we attached, or -1 (keyed by Buffer::ptr()).
+int64_t token_of(const mx::allocator::Buffer& b);
+std::vector<int64_t> drain_freed();
+std::pair<int64_t, int64_t> live_buffers();
+
+// Weak watch on MLX-allocated Data; expired() reports each dead key once.
+int64_t watch_data(const std::shared_ptr<mx::allocator::Data>& d);
+std::vector<int64_t> expired_keys();
+
+// (key, data_ptr, offset_bytes, strides, data_size, buffer_nbytes,
+//  row_contiguous, col_contiguous, contiguous, ours), or None without data.
+nb::object buffer_info(const mx::array& a);
+
+// ---------------------------------------------------------------- primitives
+enum class ViewKind : uint8_t {
+  None, Reshape, Transpose, Broadcast, Slice, ExpandDims, Squeeze,
+  AsStrided, Share, Depends, CustomTransforms, Split, DtypeView, Contiguous,
+};
+
+struct PrimInfo {
+  nb::str name;                              // interned, without mlx::core::
+  std::string cname;                         // the same, for messages
+  nb::object (*params)(mx::Primitive&);      // nullptr: no state() accessor
+  ViewKind view;
+};
+
+// Per dynamic type, cached by std::type_info address.
+const PrimInfo& prim_info(mx::Primitive& p);
+std::string demangled_name(mx::Primitive& p);
+
+const char* dtype_name(mx::Dtype d);
+
+// ---------------------------------------------------------------- views
+// MLX's flag rules for a strided view (same as a slice of `in`).
+void strided_view(const mx::array& in, mx::array& out,
+                  const mx::Strides& strides, int64_t offset_elems);
+// Compute the zero-copy result of a view primitive the way MLX's CPU backend
+// does; false when MLX would copy (or refuse).
+bool apply_view(ViewKind kind, mx::Primitive& prim,
+                const std::vector<mx::array>& inputs,
+                std::vector<mx::array>& outputs);
+
+// ---------------------------------------------------------------- Python helpers
+// Plain int tuple from any integer sequence (shape, strides, axes).
+template <typename V>
+nb::tuple int_tuple(const V& v) {
+  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(v.size()));
+  if (!t) throw nb::python_error();
+  Py_ssize_t i = 0;
+  for (auto x : v) {
+    PyObject* o = PyLong_FromLongLong(static_cast<long long>(x));
+    if (!o) {
+      Py_DECREF(t);
+      throw nb::python_error();
+    }
+    PyTuple_SET_ITEM(t, i++, o);
+  }
+  return nb::steal<nb::tuple>(t);
+}
+
+// ---------------------------------------------------------------- private access
+// Use count of array::array_desc_ (private). Reached through the standard
+// explicit-instantiation member-pointer technique, see graph.cpp.
+long desc_use_count(const mx::array& a);
+
+}  // namespace mlx_amd

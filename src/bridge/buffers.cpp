@@ -1,0 +1,147 @@
+// Buffers we hand to MLX, the freed-token queue, and weak watches on MLX's own.
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "bridge.h"
+
+namespace mlx_amd {
+
+namespace {
+
+// Leaked on purpose: deleters can run after static destruction started (MLX
+// keeps its scheduler alive until exit), so this must never be destroyed.
+struct Registry {
+  std::mutex mu;
+  std::vector<int64_t> freed;                       // tokens, in deleter order
+  std::unordered_map<const void*, int64_t> ours;    // Buffer::ptr() -> token
+  int64_t live_count = 0;
+  int64_t live_bytes = 0;
+  std::unordered_map<int64_t, std::weak_ptr<mx::allocator::Data>> watched;
+  std::vector<int64_t> expired;                     // found on re-watch of a key
+};
+
+Registry& reg() {
+  static Registry* r = new Registry();
+  return *r;
+}
+
+}  // namespace
+
+mx::allocator::Data make_foreign_data(uintptr_t host_ptr, size_t nbytes,
+                                      int64_t token) {
+  if (host_ptr == 0 || host_ptr % kAlign != 0) {
+    throw nb::value_error(
+        ("attach: host_ptr " + std::to_string(host_ptr) +
+         " is not a non-null 256-byte-aligned address")
+            .c_str());
+  }
+  if (token < 0) {
+    throw nb::value_error("attach: token must be >= 0 (-1 means 'not ours')");
+  }
+  // MLX reads buffer_size() from this header (CPU allocator layout).
+  auto* header = reinterpret_cast<size_t*>(host_ptr - kHeader);
+  *header = nbytes;
+  mx::allocator::Buffer buf(header);
+  if (reinterpret_cast<uintptr_t>(buf.raw_ptr()) != host_ptr) {
+    throw std::runtime_error(
+        "attach: libmlx's Buffer::raw_ptr() does not match the 8-byte size "
+        "header layout of MLX 0.32.4's CPU allocator; refusing to attach");
+  }
+  auto& r = reg();
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.ours[buf.ptr()] = token;
+    r.live_count += 1;
+    r.live_bytes += static_cast<int64_t>(nbytes);
+  }
+  return mx::allocator::Data(buf, [token, nbytes](mx::allocator::Buffer b) {
+    // No Python, no freeing of the memory: the runtime frees it when it
+    // drains the token.
+    auto& r = reg();
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.ours.erase(b.ptr());
+    r.freed.push_back(token);
+    r.live_count -= 1;
+    r.live_bytes -= static_cast<int64_t>(nbytes);
+  });
+}
+
+int64_t token_of(const mx::allocator::Buffer& b) {
+  auto& r = reg();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.ours.find(b.ptr());
+  return it == r.ours.end() ? -1 : it->second;
+}
+
+std::vector<int64_t> drain_freed() {
+  auto& r = reg();
+  std::vector<int64_t> out;
+  std::lock_guard<std::mutex> lock(r.mu);
+  out.swap(r.freed);
+  return out;
+}
+
+std::pair<int64_t, int64_t> live_buffers() {
+  auto& r = reg();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return {r.live_count, r.live_bytes};
+}
+
+int64_t watch_data(const std::shared_ptr<mx::allocator::Data>& d) {
+  auto key = static_cast<int64_t>(
+      reinterpret_cast<uintptr_t>(d->buffer().ptr()));
+  auto& r = reg();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.watched.find(key);
+  if (it != r.watched.end()) {
+    auto cur = it->second.lock();
+    if (cur == d) {
+      return key;
+    }
+    // The allocator reused the address: the old Data died unreported.
+    if (!cur) {
+      r.expired.push_back(key);
+    }
+    it->second = d;
+  } else {
+    r.watched.emplace(key, d);
+  }
+  return key;
+}
+
+std::vector<int64_t> expired_keys() {
+  auto& r = reg();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<int64_t> out;
+  out.swap(r.expired);
+  // A scan: the watched set is the uploaded weights, hundreds to thousands.
+  for (auto it = r.watched.begin(); it != r.watched.end();) {
+    if (it->second.expired()) {
+      out.push_back(it->first);
+      it = r.watched.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
+nb::object buffer_info(const mx::array& a) {
+  const auto& dp = a.data_shared_ptr();
+  if (!dp) {
+    return nb::none();
+  }
+  auto buf = a.buffer();
+  uintptr_t key = reinterpret_cast<uintptr_t>(buf.ptr());
+  uintptr_t data_ptr = key ? reinterpret_cast<uintptr_t>(buf.raw_ptr()) : 0;
+  size_t nbytes = key ? a.buffer_size() : 0;
+  const auto& f = a.flags();
+  return nb::make_tuple(
+      key, data_ptr, a.offset(), int_tuple(a.strides()), a.data_size(),
+      nbytes, bool(f.row_contiguous), bool(f.col_contiguous),
+      bool(f.contiguous), token_of(buf));
+}
+
+}  // namespace mlx_amd

@@ -1,0 +1,64 @@
+// The Graph: one C++ walk of MLX's unevaluated graph, then per-node services
+// for the Python evaluator (views, buffers, fallback, completion).
+#pragma once
+
+#include "bridge.h"
+
+namespace mlx_amd {
+
+class Graph {
+ public:
+  explicit Graph(const std::vector<mx::array>& outputs);
+  ~Graph() { release(); }
+
+  nb::list nodes();
+  nb::list arrays();
+  nb::tuple outputs() const;
+  size_t num_nodes() const { return nodes_.size(); }
+  size_t num_slots() const { return slots_.size(); }
+
+  nb::object info(int64_t slot);
+  void attach(int64_t slot, uintptr_t host_ptr, int64_t token);
+  void view(int64_t out_slot, int64_t in_slot, const mx::Strides& strides,
+            int64_t offset_elems);
+  bool try_view(int64_t node);
+  void share(int64_t out_slot, int64_t in_slot);
+  bool donatable(int64_t slot);
+  void eval_cpu(int64_t node);
+  void finish(int64_t node);
+  int64_t watch(int64_t slot);
+  void release();
+
+ private:
+  struct Slot {
+    std::optional<mx::array> arr;
+    int32_t producer = -1;           // node index, -1 for a leaf
+    uint32_t unfinished_uses = 0;    // consumers not yet finished
+    uint32_t held_refs = 0;          // input references in undetached consumers
+    std::vector<uint32_t> consumers; // distinct node indices
+    bool output = false;
+  };
+  struct Node {
+    const PrimInfo* prim;
+    std::vector<uint32_t> inputs;    // slot per input, duplicates kept
+    std::vector<uint32_t> outputs;   // slot per output, primitive order
+    bool finished = false;
+    bool detached = false;
+  };
+
+  uint32_t add_slot(const mx::array& a, int32_t producer);
+  Slot& slot_at(int64_t s, const char* what);
+  mx::array& array_at(int64_t s, const char* what);
+  Node& node_at(int64_t n, const char* what);
+  // An output of an unfinished node that may receive data.
+  mx::array& writable(int64_t s, const char* what);
+  void inputs_ready(const Node& node, int64_t n, const char* what);
+  void drop(uint32_t s);
+
+  std::vector<Slot> slots_;
+  std::vector<Node> nodes_;
+  std::vector<uint32_t> outputs_;
+  nb::object nodes_cache_, arrays_cache_;
+};
+
+}  // namespace mlx_amd

@@ -1,0 +1,89 @@
+// mlx_amd._bridge: nanobind module. Built with NB_STATIC + NB_DOMAIN mlx and
+// the nanobind release of the mlx wheel (3.0.x), so mx.array objects arrive
+// here as mlx::core::array handles sharing the graph with Python.
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <string>
+
+#include "graph.h"
+#include "mlx/version.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+namespace mx = mlx::core;
+using mlx_amd::Graph;
+
+#define MLXA_STR2(x) #x
+#define MLXA_STR(x) MLXA_STR2(x)
+
+static const char* kCompiledMlx = MLXA_STR(MLX_VERSION_MAJOR) "." MLXA_STR(
+    MLX_VERSION_MINOR) "." MLXA_STR(MLX_VERSION_PATCH);
+static const char* kNanobind = MLXA_STR(NB_VERSION_MAJOR) "." MLXA_STR(
+    NB_VERSION_MINOR) "." MLXA_STR(NB_VERSION_PATCH);
+// The only MLX whose class layouts and inline state() accessors we read.
+static const char* kPinnedMlx = "0.32.4";
+
+NB_MODULE(_bridge, m) {
+  m.doc() = "mlx-amd's bridge into MLX's lazy graph (see mlx_amd.runtime.bridge)";
+
+  const char* runtime = mx::version();
+  if (std::strcmp(runtime, kCompiledMlx) != 0 ||
+      std::strcmp(runtime, kPinnedMlx) != 0) {
+    throw nb::import_error(
+        (std::string("mlx_amd._bridge: loaded libmlx is MLX ") + runtime +
+         ", the bridge was compiled against MLX " + kCompiledMlx +
+         " and supports only MLX " + kPinnedMlx)
+            .c_str());
+  }
+
+  m.def("versions", []() {
+    nb::dict d;
+    d["mlx_runtime"] = mx::version();
+    d["mlx_compiled"] = kCompiledMlx;
+    d["nanobind"] = kNanobind;
+    return d;
+  }, "MLX version of the loaded libmlx, MLX version compiled against, nanobind version.");
+
+  m.def("probe", [](const mx::array&) { return true; }, "a"_a,
+        "True when an mx.array converts (same nanobind ABI and domain as mlx.core); "
+        "TypeError otherwise.");
+
+  m.def("buffer_info", [](const mx::array& a) { return mlx_amd::buffer_info(a); },
+        "a"_a, "Graph.info()'s tuple for a plain mx.array, or None without data.");
+
+  m.def("drain_freed", &mlx_amd::drain_freed,
+        "Tokens of attached buffers whose MLX Data died since the last call.");
+  m.def("live", &mlx_amd::live_buffers,
+        "(count, bytes) of attached buffers not yet freed.");
+  m.def("expired", &mlx_amd::expired_keys,
+        "Keys of watched buffers whose Data died since the last call (each once).");
+
+  nb::class_<Graph>(m, "Graph",
+                    "One walk of the unevaluated graph behind `outputs`.")
+      .def(nb::init<const std::vector<mx::array>&>(), "outputs"_a)
+      .def_prop_ro("nodes", &Graph::nodes,
+                   "[(prim, params, input slots, output slots)] in topological order")
+      .def_prop_ro("arrays", &Graph::arrays, "[(shape, dtype, is_leaf)] per slot")
+      .def_prop_ro("outputs", &Graph::outputs, "slot of each given output")
+      .def("table", [](Graph& g) { return nb::make_tuple(g.nodes(), g.arrays()); },
+           "(nodes, arrays) in one call")
+      .def("info", &Graph::info, "slot"_a)
+      .def("attach", &Graph::attach, "slot"_a, "host_ptr"_a, "token"_a)
+      .def("view",
+           [](Graph& g, int64_t out, int64_t in, const std::vector<int64_t>& st,
+              int64_t off) {
+             g.view(out, in, mx::Strides(st.begin(), st.end()), off);
+           },
+           "out_slot"_a, "in_slot"_a, "strides"_a, "offset_elems"_a = 0)
+      .def("try_view", &Graph::try_view, "node"_a)
+      .def("share", &Graph::share, "out_slot"_a, "in_slot"_a)
+      .def("donatable", &Graph::donatable, "slot"_a)
+      .def("eval_cpu", &Graph::eval_cpu, "node"_a)
+      .def("finish", &Graph::finish, "node"_a)
+      .def("watch", &Graph::watch, "slot"_a)
+      .def("release", &Graph::release)
+      .def("__len__", &Graph::num_nodes);
+}
