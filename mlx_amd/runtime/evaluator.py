@@ -27,9 +27,12 @@ from .ops import unary as _unary
 from .ops.elementwise import Layout
 
 # MLX's view primitives: the bridge makes them zero-copy when MLX would.
+# (Copy is a view too: MLX's CPU Copy shares its input's buffer; Contiguous only when
+# its input already is; the bridge returns False where a real copy is needed.)
 VIEW_PRIMITIVES = frozenset({
     "Reshape", "Transpose", "Broadcast", "BroadcastAxes", "Slice", "ExpandDims",
     "Squeeze", "AsStrided", "Flatten", "Unflatten", "StopGradient", "Depends", "View",
+    "Copy", "Contiguous", "Split", "CustomTransforms",
 })
 
 
