@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import weakref
 from typing import Callable, Optional
 
 from . import bridge as _bridge
@@ -58,6 +59,25 @@ FAMILIES = [_Family("unary", _unary), _Family("binary", _binary), _Family("copy"
 DISPATCH = {prim: fam for fam in FAMILIES for prim in fam.primitives}
 
 
+# Every live evaluator's residency. The bridge's queue of freed tokens is process-wide
+# (a deleter cannot know whose buffer it frees), so tokens are routed to their owner;
+# tokens nobody owns (the bridge's own tests attach buffers too) are counted and dropped.
+_OWNERS: "weakref.WeakSet" = weakref.WeakSet()
+foreign_frees = 0
+
+
+def _route_freed(tokens):
+    global foreign_frees
+    for res in list(_OWNERS):
+        mine = [t for t in tokens if res.owns(t)]
+        if mine:
+            res.freed(mine)
+            if len(mine) == len(tokens):
+                return
+            tokens = [t for t in tokens if t not in set(mine)]
+    foreign_frees += len(tokens)
+
+
 class Stats:
     """Nodes evaluated per primitive class and path: how coverage is measured."""
 
@@ -93,6 +113,7 @@ class Evaluator:
         self.plans: dict = {}
         self.stats = Stats()
         self.lock = threading.RLock()
+        _OWNERS.add(residency)
 
     # ------------------------------------------------------------------ public
     def eval(self, arrays) -> None:
@@ -120,10 +141,11 @@ class Evaluator:
     def _reap(self):
         freed = _bridge.drain_freed()
         if freed:
-            self.residency.freed(freed)
+            _route_freed(freed)
         gone = _bridge.expired()
         if gone:
-            self.residency.expired(gone)
+            for res in list(_OWNERS):  # unknown keys are ignored by each
+                res.expired(gone)
 
     def _run(self, g):
         metas = g.arrays
@@ -146,7 +168,7 @@ class Evaluator:
             g.finish(i)
             freed = _bridge.drain_freed()
             if freed:
-                self.residency.freed(freed)
+                _route_freed(freed)
 
     def _layout(self, info, meta) -> Layout:
         # info: (key, data_ptr, offset_bytes, strides, data_size, nbytes, row, col, contiguous, ours)

@@ -103,6 +103,11 @@ class Residency:
     def key_of(self, token: int) -> int:
         return token
 
+    def owns(self, token: int) -> bool:
+        """True for a live buffer of ours (``new_buffer``) that has not been freed."""
+        rec = self._recs.get(token)
+        return rec is not None and rec.ours
+
     def freed(self, tokens: Iterable[int]) -> None:
         """The bridge's deleters reported these buffers of ours dead: recycle their blocks."""
         unknown = []
