@@ -1,0 +1,59 @@
+// Kernel argument structs, passed BY VALUE as each kernel's single parameter.
+// Plain C++ with fixed-width fields and no device code, so a host compiler can check
+// sizeof/offsetof against the Python packers (mlx_amd/runtime/launch.py); padding is
+// written out so both sides agree without relying on the compiler's choices.
+#pragma once
+
+#include <stdint.h>
+
+#define MLXA_MAX_DIMS 8   // after dimension collapse; more -> the planner declines
+
+extern "C" {
+
+struct SmokeArgs {
+  float alpha;
+  const float* x;
+  float* y;
+  long long n;
+};
+
+// unary and copy, contiguous input
+struct UnaryVArgs {
+  const void* in;
+  void* out;
+  int64_t n;
+};
+
+// unary and copy, strided input -> row-contiguous output
+struct UnaryGArgs {
+  const void* in;
+  void* out;
+  int64_t n;
+  int64_t strides[MLXA_MAX_DIMS];   // elements
+  int32_t shape[MLXA_MAX_DIMS];
+  int32_t ndim;
+  int32_t pad_;
+};
+
+// binary, both inputs scalar or contiguous (ss, sv, vs, vv)
+struct BinaryVArgs {
+  const void* a;
+  const void* b;
+  void* out;
+  int64_t n;
+};
+
+// binary, strided/broadcast inputs (zero strides) -> row-contiguous output
+struct BinaryGArgs {
+  const void* a;
+  const void* b;
+  void* out;
+  int64_t n;
+  int64_t a_strides[MLXA_MAX_DIMS];
+  int64_t b_strides[MLXA_MAX_DIMS];
+  int32_t shape[MLXA_MAX_DIMS];
+  int32_t ndim;
+  int32_t pad_;
+};
+
+}  // extern "C"

@@ -1,0 +1,149 @@
+// Elementwise kernel bodies shared by the unary, copy and binary families.
+// Output is always row-contiguous. Each element is read and written by the same
+// thread, so out may alias an input of the same element size (buffer donation).
+//
+// Strided ("g") variants decompose the flat output index over the collapsed shape,
+// stored innermost dimension first (see args.h) so the unrolled loop indexes the
+// by-value argument arrays with constants only.
+#pragma once
+
+#include "args.h"
+#include "platform.h"
+#include "types.h"
+
+namespace mlxa {
+
+namespace op {
+struct Identity {
+  template <typename T> MLXA_DEVICE T operator()(T x) const { return x; }
+};
+}  // namespace op
+
+// One element through Op: same-type copies move bits untouched (NaN payloads kept);
+// float16 -> uint32 wraps from int64, as MLX's CPU build converts that pair.
+template <typename Op, typename Out, typename In>
+MLXA_DEVICE Out apply(In x) {
+  constexpr bool copy = std::is_same_v<Op, op::Identity>;
+  if constexpr (copy && std::is_same_v<In, Out>) return x;
+  else if constexpr (copy && std::is_same_v<In, half> && std::is_same_v<Out, uint32_t>)
+    return (uint32_t)float_to_int<int64_t>(widen(x));
+  else return cast<Out>(Op{}(widen(x)));
+}
+
+template <typename Op, typename In, typename Out>
+MLXA_DEVICE void unary_v(const UnaryVArgs& a) {
+  constexpr int N = vec_width<In, Out>;
+  const In* in = (const In*)a.in;
+  Out* out = (Out*)a.out;
+  const int64_t step = grid_threads<int64_t>();
+  int64_t start = 0;
+  if ((((uintptr_t)in | (uintptr_t)out) & 15u) == 0) {
+    const int64_t nvec = a.n / N;
+    for (int64_t i = global_thread<int64_t>(); i < nvec; i += step) {
+      Vec<In, N> x = ((const Vec<In, N>*)in)[i];
+      Vec<Out, N> y;
+#pragma unroll
+      for (int k = 0; k < N; ++k) y.v[k] = apply<Op, Out>(x.v[k]);
+      ((Vec<Out, N>*)out)[i] = y;
+    }
+    start = nvec * N;
+  }
+  for (int64_t i = start + global_thread<int64_t>(); i < a.n; i += step)
+    out[i] = apply<Op, Out>(in[i]);
+}
+
+template <typename Op, typename In, typename Out, typename IdxT>
+MLXA_DEVICE void unary_g(const UnaryGArgs& a) {
+  const In* in = (const In*)a.in;
+  Out* out = (Out*)a.out;
+  const IdxT n = (IdxT)a.n;
+  const IdxT step = grid_threads<IdxT>();
+  for (IdxT i = global_thread<IdxT>(); i < n; i += step) {
+    IdxT rest = i, off = 0;
+#pragma unroll
+    for (int d = 0; d < MLXA_MAX_DIMS; ++d) {
+      if (d < a.ndim) {
+        const IdxT s = (IdxT)a.shape[d];
+        off += (rest % s) * (IdxT)a.strides[d];
+        rest /= s;
+      }
+    }
+    out[i] = apply<Op, Out>(in[off]);
+  }
+}
+
+// Binary contiguous: each side is either a single element (scalar) or n elements.
+template <typename Op, typename In, typename Out, bool AScalar, bool BScalar>
+MLXA_DEVICE void binary_v(const BinaryVArgs& p) {
+  constexpr int N = vec_width<In, Out>;
+  const In* a = (const In*)p.a;
+  const In* b = (const In*)p.b;
+  Out* out = (Out*)p.out;
+  const int64_t step = grid_threads<int64_t>();
+  int64_t start = 0;
+  const uintptr_t addr = (AScalar ? 0 : (uintptr_t)a) | (BScalar ? 0 : (uintptr_t)b) | (uintptr_t)out;
+  if ((addr & 15u) == 0) {
+    const int64_t nvec = p.n / N;
+    Vec<In, N> x, y;
+    if constexpr (AScalar) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) x.v[k] = a[0];
+    }
+    if constexpr (BScalar) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) y.v[k] = b[0];
+    }
+    for (int64_t i = global_thread<int64_t>(); i < nvec; i += step) {
+      if constexpr (!AScalar) x = ((const Vec<In, N>*)a)[i];
+      if constexpr (!BScalar) y = ((const Vec<In, N>*)b)[i];
+      Vec<Out, N> z;
+#pragma unroll
+      for (int k = 0; k < N; ++k) z.v[k] = cast<Out>(Op{}(widen(x.v[k]), widen(y.v[k])));
+      ((Vec<Out, N>*)out)[i] = z;
+    }
+    start = nvec * N;
+  }
+  for (int64_t i = start + global_thread<int64_t>(); i < p.n; i += step)
+    out[i] = cast<Out>(Op{}(widen(a[AScalar ? 0 : i]), widen(b[BScalar ? 0 : i])));
+}
+
+template <typename Op, typename In, typename Out, typename IdxT>
+MLXA_DEVICE void binary_g(const BinaryGArgs& p) {
+  const In* a = (const In*)p.a;
+  const In* b = (const In*)p.b;
+  Out* out = (Out*)p.out;
+  const IdxT n = (IdxT)p.n;
+  const IdxT step = grid_threads<IdxT>();
+  for (IdxT i = global_thread<IdxT>(); i < n; i += step) {
+    IdxT rest = i, ao = 0, bo = 0;
+#pragma unroll
+    for (int d = 0; d < MLXA_MAX_DIMS; ++d) {
+      if (d < p.ndim) {
+        const IdxT s = (IdxT)p.shape[d];
+        const IdxT c = rest % s;
+        ao += c * (IdxT)p.a_strides[d];
+        bo += c * (IdxT)p.b_strides[d];
+        rest /= s;
+      }
+    }
+    out[i] = cast<Out>(Op{}(widen(a[ao]), widen(b[bo])));
+  }
+}
+
+}  // namespace mlxa
+
+// Kernel definitions used by the generated <family>.inc files: one extern "C" symbol
+// per table entry, each a thin wrapper over the templates above.
+// Launchers use exactly this block size (kernel_table.ELEMENTWISE_BLOCK): 8 waves of 32
+// or 4 of 64; the bound lets the compiler budget registers for it.
+#define MLXA_BLOCK_MAX 256
+#define MLXA_UNARY_V(name, Op, In, Out) \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(MLXA_BLOCK_MAX) name(UnaryVArgs a) { mlxa::unary_v<Op, In, Out>(a); }
+#define MLXA_UNARY_G(name, Op, In, Out, IdxT) \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(MLXA_BLOCK_MAX) name(UnaryGArgs a) { mlxa::unary_g<Op, In, Out, IdxT>(a); }
+#define MLXA_BINARY_V(name, Op, In, Out, AScalar, BScalar)                               \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(MLXA_BLOCK_MAX) name(BinaryVArgs a) {              \
+    mlxa::binary_v<Op, In, Out, AScalar, BScalar>(a);                                    \
+  }
+#define MLXA_BINARY_G(name, Op, In, Out, IdxT) \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(MLXA_BLOCK_MAX) name(BinaryGArgs a) { mlxa::binary_g<Op, In, Out, IdxT>(a); }

@@ -1,0 +1,151 @@
+// The only file where vendor names differ. Kernel files include this and use
+// the mlxa:: names below; they never test a vendor macro themselves.
+//
+// Compiles as HIP (hipcc / clang, __HIP_PLATFORM_AMD__) for AMD GPUs and as
+// CUDA (nvcc -x cu) for the NVIDIA test GPU.
+#pragma once
+
+#include "args.h"
+
+#if defined(__HIP_PLATFORM_AMD__) || defined(__HIP__)
+#define MLXA_PLATFORM_AMD 1
+#define MLXA_PLATFORM_NVIDIA 0
+#include <hip/hip_runtime.h>
+#include <hip/hip_fp16.h>
+#elif defined(__CUDACC__)
+#define MLXA_PLATFORM_AMD 0
+#define MLXA_PLATFORM_NVIDIA 1
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#else
+#error "mlxa/platform.h needs a GPU compiler (hipcc or nvcc); host code includes mlxa/args.h only"
+#endif
+
+// ---- kernel decoration -------------------------------------------------------
+// Every exported kernel: C linkage so the Python side finds it by its table name.
+#define MLXA_GLOBAL extern "C" __global__
+#define MLXA_DEVICE __device__ __forceinline__
+#define MLXA_HOST_DEVICE __host__ __device__ __forceinline__
+// Only the first argument (max threads per block) means the same on both vendors.
+#define MLXA_LAUNCH_BOUNDS(max_threads) __launch_bounds__(max_threads)
+
+// ---- wave size ------------------------------------------------------------------
+// Runtime: warpSize (32 on RDNA and NVIDIA, 64 on CDNA). Code that needs a constant
+// takes the width as a template parameter W, and the launcher picks the instantiation
+// from device.wave_size. MLXA_WAVE_SIZE exists only where the compiler knows the target
+// (NVIDIA; AMD device passes, from the gfx family, since ROCm deprecates
+// __AMDGCN_WAVEFRONT_SIZE and ROCm 7 drops constexpr warpSize); it is undefined in
+// hipcc's host pass. Kernels use it only through mlxa::check_wave<W>().
+#if MLXA_PLATFORM_NVIDIA
+#define MLXA_WAVE_SIZE 32
+#elif defined(__GFX9__)
+#define MLXA_WAVE_SIZE 64
+#elif defined(__GFX10__) || defined(__GFX11__) || defined(__GFX12__)
+#define MLXA_WAVE_SIZE 32   // we never build with -mwavefrontsize64
+#endif
+
+// ---- named capabilities (0/1 on every target; the host twin is in kernel_table.py) --
+#if defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx940__) || \
+    defined(__gfx941__) || defined(__gfx942__) || defined(__gfx950__) || defined(__gfx9_4_generic__)
+#define MLXA_HAS_MFMA 1
+#else
+#define MLXA_HAS_MFMA 0
+#endif
+#if defined(__GFX11__) || defined(__GFX12__)
+#define MLXA_HAS_WMMA 1
+#else
+#define MLXA_HAS_WMMA 0
+#endif
+#if defined(__GFX12__)
+#define MLXA_WMMA_GFX12 1   // gfx12 WMMA takes differently laid-out operands than gfx11
+#else
+#define MLXA_WMMA_GFX12 0
+#endif
+
+namespace mlxa {
+
+// ---- indices --------------------------------------------------------------------
+MLXA_DEVICE int thread_x() { return (int)threadIdx.x; }
+MLXA_DEVICE int block_x() { return (int)blockIdx.x; }
+MLXA_DEVICE int block_dim_x() { return (int)blockDim.x; }
+MLXA_DEVICE int grid_dim_x() { return (int)gridDim.x; }
+MLXA_DEVICE int wave_size() { return warpSize; }
+MLXA_DEVICE int lane_id() { return (int)threadIdx.x % warpSize; }
+// Flat global thread index and grid-stride step, in the caller's index type.
+template <typename I = long long>
+MLXA_DEVICE I global_thread() { return (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; }
+template <typename I = long long>
+MLXA_DEVICE I grid_threads() { return (I)gridDim.x * (I)blockDim.x; }
+
+// Compile-time guard for kernels templated on the wave width W.
+template <int W>
+MLXA_DEVICE void check_wave() {
+  static_assert(W == 32 || W == 64, "wave width must be 32 or 64");
+#ifdef MLXA_WAVE_SIZE
+  static_assert(W == MLXA_WAVE_SIZE, "kernel instantiated for the wrong wave width on this target");
+#endif
+}
+
+MLXA_DEVICE void sync_block() { __syncthreads(); }
+
+// ---- wave shuffles (whole wave participates; no masks in kernel code) -------------
+#if MLXA_PLATFORM_NVIDIA
+#define MLXA_FULL_MASK 0xffffffffu
+template <typename T> MLXA_DEVICE T shfl(T v, int src, int width = warpSize) { return __shfl_sync(MLXA_FULL_MASK, v, src, width); }
+template <typename T> MLXA_DEVICE T shfl_xor(T v, int mask, int width = warpSize) { return __shfl_xor_sync(MLXA_FULL_MASK, v, mask, width); }
+template <typename T> MLXA_DEVICE T shfl_down(T v, unsigned d, int width = warpSize) { return __shfl_down_sync(MLXA_FULL_MASK, v, d, width); }
+template <typename T> MLXA_DEVICE T shfl_up(T v, unsigned d, int width = warpSize) { return __shfl_up_sync(MLXA_FULL_MASK, v, d, width); }
+#undef MLXA_FULL_MASK
+#else
+template <typename T> MLXA_DEVICE T shfl(T v, int src, int width = warpSize) { return __shfl(v, src, width); }
+template <typename T> MLXA_DEVICE T shfl_xor(T v, int mask, int width = warpSize) { return __shfl_xor(v, mask, width); }
+template <typename T> MLXA_DEVICE T shfl_down(T v, unsigned d, int width = warpSize) { return __shfl_down(v, d, width); }
+template <typename T> MLXA_DEVICE T shfl_up(T v, unsigned d, int width = warpSize) { return __shfl_up(v, d, width); }
+#endif
+
+// ---- atomics (same spelling on both vendors; wrapped so kernels use one name) ------
+template <typename T> MLXA_DEVICE T atomic_add(T* p, T v) { return atomicAdd(p, v); }
+template <typename T> MLXA_DEVICE T atomic_max(T* p, T v) { return atomicMax(p, v); }
+template <typename T> MLXA_DEVICE T atomic_min(T* p, T v) { return atomicMin(p, v); }
+template <typename T> MLXA_DEVICE T atomic_cas(T* p, T cmp, T v) { return atomicCAS(p, cmp, v); }
+template <typename T> MLXA_DEVICE T atomic_exch(T* p, T v) { return atomicExch(p, v); }
+
+// ---- bit casts ----------------------------------------------------------------------
+MLXA_DEVICE unsigned int float_as_uint(float f) { return __float_as_uint(f); }
+MLXA_DEVICE float uint_as_float(unsigned int u) { return __uint_as_float(u); }
+
+// ---- 16-bit floats -----------------------------------------------------------------
+// Our own storage types (same layout as MLX's float16/bfloat16): arithmetic converts
+// to float, so every op computes in float and rounds once on store, like MLX.
+struct half {
+  unsigned short bits;
+};
+struct bfloat16 {
+  unsigned short bits;
+};
+
+// Finite values and infinities go through the hardware converters (round to nearest
+// even); NaNs are encoded the way MLX's x86 CPU build encodes them (its software
+// float16/bfloat16 types), so conversions match it bit for bit: float -> float16 gives
+// sign|0x7D00, float16 -> float keeps the payload and sets the quiet bit, and
+// float -> bfloat16 gives 0x7FC0.
+MLXA_DEVICE float to_float(half h) {
+  if ((h.bits & 0x7fffu) > 0x7c00u)
+    return uint_as_float(((h.bits & 0x8000u) << 16) | 0x7fc00000u | ((h.bits & 0x3ffu) << 13));
+  return __half2float(__ushort_as_half(h.bits));
+}
+MLXA_DEVICE half to_half(float f) {
+  if (f != f) return half{(unsigned short)(((float_as_uint(f) >> 16) & 0x8000u) | 0x7d00u)};
+  return half{__half_as_ushort(__float2half_rn(f))};
+}
+
+// bfloat16 is the upper half of a float32, rounded to nearest even.
+MLXA_DEVICE float to_float(bfloat16 b) { return uint_as_float((unsigned int)b.bits << 16); }
+MLXA_DEVICE bfloat16 to_bfloat16(float f) {
+  unsigned int u = float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bfloat16{0x7fc0};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bfloat16{(unsigned short)(u >> 16)};
+}
+
+}  // namespace mlxa

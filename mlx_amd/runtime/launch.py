@@ -1,0 +1,48 @@
+"""A planned kernel launch and the one call that performs it.
+
+A ``Launch`` is computed once per node signature by a family's ``plan`` (no GPU
+involved) and cached; per call only the pointers change. Every kernel takes one
+argument struct by value whose leading fields are the buffer pointers (inputs, then
+the output), so the argument blob is those pointers packed in front of a constant
+tail built at plan time (see ``hip_kernels/include/mlxa/args.h``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+_POINTERS = [struct.Struct("<" + "Q" * n) for n in range(9)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    family: str           # hip_kernels/<family>.hip
+    kernel: str           # extern "C" name, from kernel_table
+    grid: tuple           # (x, y, z) blocks; grid[0] == 0 means nothing to do
+    block: tuple          # (x, y, z) threads
+    shared_mem: int       # dynamic shared memory, bytes
+    n_ptrs: int           # leading pointer fields of the argument struct
+    tail: bytes = b""     # the struct's remaining fields, already packed
+
+    @property
+    def empty(self) -> bool:
+        return self.grid[0] == 0
+
+    def args(self, ptrs: tuple) -> bytes:
+        """Argument blob for ``driver.launch``: ``ptrs`` are device addresses of element 0
+        of each input, then of the output."""
+        if len(ptrs) != self.n_ptrs:
+            raise ValueError(f"{self.kernel} takes {self.n_ptrs} pointers, got {len(ptrs)}")
+        try:
+            return _POINTERS[self.n_ptrs].pack(*ptrs) + self.tail
+        except struct.error as e:
+            raise ValueError(f"{self.kernel}: pointers must be non-negative 64-bit ints, got {ptrs!r}") from e
+
+
+def run(launch: Launch, modules, driver, ptrs: tuple, stream=None) -> None:
+    """Launch ``launch`` with buffer addresses ``ptrs`` on ``stream`` (None: default)."""
+    if launch.empty:
+        return
+    fn = modules.function(launch.family, launch.kernel)
+    driver.launch(fn, launch.grid, launch.block, launch.args(ptrs), launch.shared_mem, stream)

@@ -1,0 +1,170 @@
+"""What the unary, binary and copy launchers share: array layouts, dimension collapse,
+layout classification, launch geometry and the packing of the argument structs of
+``hip_kernels/include/mlxa/args.h``.
+
+Kernels always write a fresh row-contiguous output (or an input donated to it), so a
+plan depends only on the inputs' layouts relative to the output's shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import struct
+
+from .. import kernel_table as kt
+from ..launch import Launch
+
+ITEMSIZE = {"bool": 1, "uint8": 1, "uint32": 4, "int32": 4, "int64": 8,
+            "float16": 2, "bfloat16": 2, "float32": 4}
+
+MAX_DIMS = kt.MAX_DIMS
+BLOCK = kt.ELEMENTWISE_BLOCK
+_I32_LIMIT = 2**31 - 1
+_BLOCKS_PER_CU = 16   # enough resident blocks to hide latency; the rest is grid-stride
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """One array as the kernels see it: strides in elements, from element 0 (the
+    pointer handed to the launch already includes the array's offset)."""
+
+    shape: tuple
+    strides: tuple
+    dtype: str
+    data_size: int
+    row_contiguous: bool
+    contiguous: bool
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @classmethod
+    def row_major(cls, shape, dtype: str) -> "Layout":
+        shape = tuple(int(d) for d in shape)
+        return cls(shape, row_strides(shape), dtype, math.prod(shape), True, True)
+
+    @classmethod
+    def strided(cls, shape, strides, dtype: str) -> "Layout":
+        """A layout with flags worked out the way MLX sets them for views."""
+        shape, strides = tuple(int(d) for d in shape), tuple(int(s) for s in strides)
+        if len(shape) != len(strides):
+            raise ValueError(f"shape {shape} and strides {strides} differ in length")
+        size = math.prod(shape)
+        live = [(d, s) for d, s in zip(shape, strides) if d != 1]
+        row = all(s == r for d, s, r in zip(shape, strides, row_strides(shape)) if d != 1)
+        # dense: the non-trivial dims tile 0..size-1 exactly in some order
+        packed, expect = True, 1
+        for s, d in sorted((s, d) for d, s in live):
+            packed = packed and s == expect
+            expect *= d
+        span = 1 + sum((d - 1) * abs(s) for d, s in zip(shape, strides)) if size else 0
+        return cls(shape, strides, dtype, size if packed else span, row, packed)
+
+
+def row_strides(shape) -> tuple:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return tuple(reversed(out))
+
+
+def collapse_dims(shape, *strides):
+    """Drop size-1 dimensions and merge neighbours that are contiguous for every stride
+    vector. Returns (shape, [strides, ...]); a 0-d or one-element array becomes one
+    dimension of size 1. Element order (row-major over ``shape``) is unchanged."""
+    keep = [i for i, d in enumerate(shape) if d != 1]
+    if not keep:
+        return (1,), [(0,) for _ in strides]
+    cshape = [shape[keep[0]]]
+    cstr = [[st[keep[0]]] for st in strides]
+    for i in keep[1:]:
+        d = shape[i]
+        if all(c[-1] == st[i] * d for c, st in zip(cstr, strides)):
+            cshape[-1] *= d
+            for c, st in zip(cstr, strides):
+                c[-1] = st[i]
+        else:
+            cshape.append(d)
+            for c, st in zip(cstr, strides):
+                c.append(st[i])
+    return tuple(cshape), [tuple(c) for c in cstr]
+
+
+def is_scalar(lay: Layout) -> bool:
+    return lay.data_size == 1
+
+
+def is_dense_like(lay: Layout, out: Layout) -> bool:
+    """Elements are stored at offsets 0..n-1 in the output's row-major order."""
+    n = out.size
+    if lay.data_size != n or lay.shape != out.shape:
+        return False
+    if lay.row_contiguous:
+        return True
+    return lay.contiguous and all(
+        a == b for d, a, b in zip(out.shape, lay.strides, out.strides) if d != 1)
+
+
+def needs_i64(n: int, shape, *strides) -> bool:
+    if n > _I32_LIMIT:
+        return True
+    return any(sum((d - 1) * abs(s) for d, s in zip(shape, st)) > _I32_LIMIT for st in strides)
+
+
+def grid_for(items: int, device) -> tuple:
+    """1-D grid-stride geometry for ``items`` work items on ``device``."""
+    wave = int(device.wave_size)
+    if wave <= 0 or BLOCK % wave:
+        raise ValueError(f"unsupported wave size {wave}: block size {BLOCK} must be a multiple")
+    if items <= 0:
+        return (0, 1, 1), (BLOCK, 1, 1)
+    cap = max(1, int(device.compute_units)) * _BLOCKS_PER_CU
+    return (min(-(-items // BLOCK), cap), 1, 1), (BLOCK, 1, 1)
+
+
+def vec_width(in_dtype: str, out_dtype: str) -> int:
+    """Elements per thread in contiguous kernels (mlxa::vec_width)."""
+    return 16 // max(ITEMSIZE[in_dtype], ITEMSIZE[out_dtype])
+
+
+# ---- argument structs (args.h); shape/strides are packed innermost dimension first ----
+_I64 = struct.Struct("<q")
+_GDIMS = struct.Struct(f"<{MAX_DIMS}i i i")          # shape[8], ndim, pad
+_STRIDES = struct.Struct(f"<{MAX_DIMS}q")
+
+# name -> (pointer count, total size) for the tests against the C structs
+ARG_STRUCTS = {
+    "UnaryVArgs": (2, 2 * 8 + 8),
+    "UnaryGArgs": (2, 2 * 8 + 8 + MAX_DIMS * 8 + MAX_DIMS * 4 + 8),
+    "BinaryVArgs": (3, 3 * 8 + 8),
+    "BinaryGArgs": (3, 3 * 8 + 8 + 2 * MAX_DIMS * 8 + MAX_DIMS * 4 + 8),
+}
+
+
+def _pad(v, fill=0):
+    v = list(reversed(v))
+    return v + [fill] * (MAX_DIMS - len(v))
+
+
+def v_tail(n: int) -> bytes:
+    return _I64.pack(n)
+
+
+def g_tail(n: int, shape, *strides) -> bytes:
+    out = _I64.pack(n)
+    for st in strides:
+        out += _STRIDES.pack(*_pad(st))
+    return out + _GDIMS.pack(*_pad(shape, 1), len(shape), 0)
+
+
+def contiguous_launch(family, kernel, n, ptrs, in_dtype, out_dtype, device) -> Launch:
+    grid, block = grid_for(-(-n // vec_width(in_dtype, out_dtype)), device)
+    return Launch(family, kernel, grid, block, 0, ptrs, v_tail(n))
+
+
+def strided_launch(family, kernel, n, ptrs, shape, strides, device) -> Launch:
+    grid, block = grid_for(n, device)
+    return Launch(family, kernel, grid, block, 0, ptrs, g_tail(n, shape, *strides))

@@ -1,0 +1,168 @@
+"""The kernel table and the kernel sources agree, without a GPU: names are unique and
+well formed, every family file exists and includes its generated .inc, the launchers'
+primitive tables name real MLX classes, and every family compiles with nvcc for sm_90
+exporting exactly the table's symbols (AMD targets: CI via build_kernels.py; one
+wave64 arch is checked here when the ROCm chroot exists)."""
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from mlx_amd.runtime import kernel_table as kt
+from mlx_amd.runtime.ops import binary, copy, unary
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SRC = os.path.join(REPO, "hip_kernels")
+INCLUDE = os.path.join(SRC, "include")
+GENERATED = [f for f in kt.families() if kt.instantiation_source(f)]
+NAME = re.compile(r"^(unary|binary|copy)_(v|g|ss|sv|vs|vv)(_[a-z0-9]+)*_i?(bool|uint8|uint32|int32|int64|float16|bfloat16|float32)"
+                  r"_(bool|uint8|uint32|int32|int64|float16|bfloat16|float32)(_i64)?$")
+
+
+def test_names_unique_and_well_formed():
+    seen = {}
+    for fam in kt.families():
+        names = kt.kernel_names(fam)
+        assert names, fam
+        for n in names:
+            assert n not in seen, f"{n} in both {seen.get(n)} and {fam}"
+            seen[n] = fam
+            assert n.startswith(fam + "_")
+            if fam != "smoke":
+                assert NAME.match(n), n
+                assert kt.has_kernel(fam, n)
+
+
+def test_generated_source_matches_names():
+    for fam in GENERATED:
+        text = kt.instantiation_source(fam)
+        defined = re.findall(r"^MLXA_\w+\((\w+),", text, re.M)
+        assert defined == kt.kernel_names(fam)
+
+
+def test_table_dtypes_and_ops():
+    assert set(kt.CTYPES) == {"bool", "uint8", "uint32", "int32", "int64", "float16", "bfloat16", "float32"}
+    for op, (_, dts) in kt.UNARY.items():
+        assert set(dts) <= set(kt.CTYPES), op
+    for op, (_, dts, out) in kt.BINARY.items():
+        assert set(dts) <= set(kt.CTYPES) and (out is None or out in kt.CTYPES), op
+    # every copy pair, every layout, both index widths for the strided one
+    assert len(kt.kernel_names("copy")) == len(kt.COPY_DTYPES) ** 2 * 3
+
+
+@pytest.mark.parametrize("family", kt.families())
+def test_family_file(family):
+    path = os.path.join(SRC, f"{family}.hip")
+    text = open(path).read()
+    assert '#include "mlxa/' in text
+    assert not re.search(r"^\s*#\s*if.*(__HIP_PLATFORM|__CUDACC__|__HIP__|__NVCC__)", text, re.M), \
+        "vendor #if in a kernel file: use platform.h"
+    assert not re.search(r"\b(32|64)\b.*(warp|wave)|(warp|wave).*\b(32|64)\b", text, re.I)
+    if family in GENERATED:
+        assert text.rstrip().endswith(f'#include "{family}.inc"')
+        # every functor the table names is defined in the family's file or the shared header
+        shared = open(os.path.join(INCLUDE, "mlxa", "elementwise.h")).read()
+        for fn in set(re.findall(r"mlxa::op::(\w+)", kt.instantiation_source(family))):
+            assert re.search(rf"(struct|MLXA_\w+\()\s*{fn}\b", text + shared), fn
+    else:
+        for name in kt.kernel_names(family):
+            assert re.search(rf"MLXA_GLOBAL void {name}\(", text), name
+
+
+def test_primitive_tables_name_mlx_classes():
+    import mlx.core as mx
+
+    hdr = open(os.path.join(os.path.dirname(mx.__file__), "include", "mlx", "primitives.h")).read()
+    classes = set(re.findall(r"^class (?:MLX_API )?(\w+)\s*:", hdr, re.M))
+    for mod, ops in ((unary, kt.UNARY), (binary, kt.BINARY)):
+        for prim, op in mod.PRIMITIVES.items():
+            assert prim in classes, prim
+            assert op in ops, (prim, op)
+    for prim in copy.PRIMITIVES:
+        assert prim in classes, prim
+    assert {unary.op_for("Log", (b,)) for b in range(3)} <= set(kt.UNARY)
+    assert unary.op_for("Sqrt", (True,)) in kt.UNARY
+
+
+def _nvcc():
+    for c in (shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc", "/usr/local/cuda-13.0/bin/nvcc"):
+        if c and os.path.exists(c):
+            return c
+    return None
+
+
+def _write_incs(d):
+    for fam in kt.families():
+        (d / f"{fam}.inc").write_text(kt.instantiation_source(fam))
+
+
+@pytest.mark.parametrize("family", kt.families())
+def test_compiles_with_nvcc(family, tmp_path):
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found (CUDA toolkit needed to compile the sm_90 kernels)")
+    _write_incs(tmp_path)
+    out = tmp_path / f"{family}.cubin"
+    r = subprocess.run([nvcc, "-cubin", "-arch=sm_90", "-x", "cu", "-O3", "-std=c++17",
+                        "-I", INCLUDE, "-I", str(tmp_path), os.path.join(SRC, f"{family}.hip"),
+                        "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "warning" not in r.stderr.lower(), r.stderr[-4000:]
+    data = out.read_bytes()
+    # extern "C" names appear verbatim in the symbol string table, nothing else exported
+    exported = set(re.findall(rb"\.text\.(\w+)\x00", data))
+    assert {n.decode() for n in exported} == set(kt.kernel_names(family))
+
+
+ROCM_CHROOT = os.environ.get("ROCM_CHROOT", "/var/cache/rocm-sid-root")
+TOOLCHAIN = os.path.join(REPO, "tools", "rocm-toolchain.sh")
+
+
+@pytest.mark.rocm
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1100"])
+def test_smoke_and_platform_compile_for_amd(arch, tmp_path):
+    """platform.h on both wave widths (CDNA wave64, RDNA wave32); the full families are
+    compiled for every arch by build_kernels.py in CI."""
+    if not (os.path.isdir(os.path.join(ROCM_CHROOT, "usr", "bin")) and os.path.exists(TOOLCHAIN)):
+        pytest.skip(f"ROCm chroot not found at {ROCM_CHROOT} (tools/rocm-toolchain.sh setup)")
+    if os.geteuid() != 0:
+        pytest.skip("the ROCm chroot needs root to enter")
+    out = os.path.join(REPO, "build", f"test_smoke_{arch}.co")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    r = subprocess.run([TOOLCHAIN, "run", REPO, "hipcc", "-x", "hip", "--cuda-device-only",
+                        "--no-gpu-bundle-output", f"--offload-arch={arch}", "-O3", "-std=c++17",
+                        "-I", INCLUDE, os.path.join(SRC, "smoke.hip"), "-o", out],
+                       capture_output=True, text=True)
+    try:
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        warnings = [line for line in (r.stdout + r.stderr).splitlines()
+                    if "warning" in line and "unused-command-line-argument" not in line]
+        assert not warnings, "\n".join(warnings)
+        assert b"smoke_axpy_float32" in open(out, "rb").read()
+    finally:
+        if os.path.exists(out):
+            os.remove(out)
+
+
+@pytest.mark.rocm
+@pytest.mark.parametrize("arch", ["gfx908", "gfx942", "gfx9-4-generic", "gfx1030", "gfx1100",
+                                  "gfx11-generic", "gfx1151", "gfx1201"])
+def test_platform_macros_per_arch(arch):
+    """MLXA_WAVE_SIZE agrees with the compiler's own wave size for the arch, and the named
+    capabilities agree with their host twins in kernel_table."""
+    if not (os.path.isdir(os.path.join(ROCM_CHROOT, "usr", "bin")) and os.path.exists(TOOLCHAIN)):
+        pytest.skip(f"ROCm chroot not found at {ROCM_CHROOT} (tools/rocm-toolchain.sh setup)")
+    if os.geteuid() != 0:
+        pytest.skip("the ROCm chroot needs root to enter")
+    r = subprocess.run([TOOLCHAIN, "run", REPO, "hipcc", "-x", "hip", "--cuda-device-only",
+                        f"--offload-arch={arch}", "-std=c++17", "-E", "-dM", "-I", INCLUDE,
+                        os.path.join(SRC, "smoke.hip")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    macros = dict(re.findall(r"^#define (\w+) (.*)$", r.stdout, re.M))
+    assert int(macros["MLXA_WAVE_SIZE"]) == int(macros["__AMDGCN_WAVEFRONT_SIZE__"])
+    assert macros["MLXA_HAS_MFMA"] == str(int(kt.has_mfma(arch)))
+    assert macros["MLXA_HAS_WMMA"] == str(int(kt.has_wmma(arch)))
+    assert macros["MLXA_PLATFORM_AMD"] == "1" and macros["MLXA_PLATFORM_NVIDIA"] == "0"
