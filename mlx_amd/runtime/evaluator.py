@@ -189,7 +189,9 @@ class Evaluator:
         sig = (prim, params, in_layouts, out_layout)
         plan = self.plans.get(sig, _MISSING)
         if plan is _MISSING:
-            op = fam.module.op_for(prim, params) if hasattr(fam.module, "op_for") else fam.primitives[prim]
+            # the bridge gives a one-value state() as the bare value; launchers take tuples
+            p = params if isinstance(params, tuple) else (() if params is None else (params,))
+            op = fam.module.op_for(prim, p)
             plan = None if op is None else fam.module.plan(op, in_layouts, out_layout, self.props)
             self.plans[sig] = plan
         if plan is None:

@@ -241,3 +241,9 @@ def test_mlp_training_loop_matches_plain_mlx(runtime):
     assert s["nodes"]["cpu"] > 0 or s["nodes"]["gpu"] > 0
     if runtime.driver.platform != "host":
         assert s["nodes"]["gpu"] > 0
+
+
+@pytest.mark.parametrize("fn", [mx.log2, mx.log10, mx.log, mx.rsqrt, mx.sqrt], ids=lambda f: f.__name__)
+def test_parameterised_unary_primitives(runtime, fn):
+    # Log carries its base and Sqrt its reciprocal flag as primitive state
+    check(lambda a: fn(a), rnd((40, 3), lo=0.1, hi=5.0, seed=13))
