@@ -2,7 +2,7 @@
 
     python benchmarks/eval_overhead.py [--out DIR]
 
-Overhead: a chain of N tiny elementwise nodes (kernel time negligible) evaluated through
+Overhead: a chain of tiny elementwise ops (about 1k and 10k graph nodes) (kernel time negligible) evaluated through
 mlx_amd, split into the bridge's graph walk and the per-node loop, next to MLX's own CPU
 evaluation of the same graph measured in the same run. Bandwidth: `a + b` on 2^26 float32
 elements through the evaluator's kernel, timed with device events, against a device-to-device
@@ -33,15 +33,18 @@ def chain(x, n):
 
 
 def time_eval(n, evaluate, reps):
+    """Median seconds to evaluate a fresh chain of n ops, and the graph's node count
+    (each `x * c` is a Broadcast view of the scalar plus the Multiply: 2 nodes)."""
     ts = []
     for _ in range(reps):
         x = mx.array(np.ones(16, np.float32))
         mx.eval(x)
         y = chain(x, n)
+        nodes = len(bridge.Graph([y]))
         t = time.perf_counter()
         evaluate(y)
         ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+    return statistics.median(ts), nodes
 
 
 def main():
@@ -52,10 +55,12 @@ def main():
     rt = get_runtime()
     mlx_amd.enable()
     res = {"device": rt.props.name, "driver": rt.driver.name, "overhead": [], "bandwidth": {}}
-    for n in (1000, 10000):
-        reps = 5 if n == 1000 else 3
-        ours = time_eval(n, mx.eval, reps)
-        ref = time_eval(n, mlx_eval, reps)
+    for n in (500, 5000):
+        reps = 5 if n == 500 else 3
+        m0 = rt.residency.stats()["uploads"]
+        ours, nodes = time_eval(n, mx.eval, reps)
+        uploads = (rt.residency.stats()["uploads"] - m0) / reps
+        ref, _ = time_eval(n, mlx_eval, reps)
         x = mx.array(np.ones(16, np.float32))
         mx.eval(x)
         y = chain(x, n)
@@ -65,11 +70,13 @@ def main():
         g.release()
         del g
         mx.eval(y)
-        row = {"nodes": n, "us_per_node": ours / n * 1e6, "walk_us_per_node": walk / n * 1e6,
-               "mlx_cpu_us_per_node": ref / n * 1e6}
+        row = {"ops": n, "nodes": nodes, "kernel_launches": n, "scalar_uploads_per_eval": uploads,
+               "us_per_node": ours / nodes * 1e6, "walk_us_per_node": walk / nodes * 1e6,
+               "mlx_cpu_us_per_node": ref / nodes * 1e6}
         res["overhead"].append(row)
-        print(f"{n:6d} nodes: {row['us_per_node']:.1f} us/node (graph walk {row['walk_us_per_node']:.2f}),"
-              f" MLX CPU eval of the same graph {row['mlx_cpu_us_per_node']:.1f} us/node")
+        print(f"{nodes:6d} nodes ({n} launches, {uploads:.0f} scalar uploads): {row['us_per_node']:.1f} us/node"
+              f" (graph walk {row['walk_us_per_node']:.2f}), MLX CPU eval of the same graph"
+              f" {row['mlx_cpu_us_per_node']:.1f} us/node")
 
     if rt.driver.platform != "host":
         drv = rt.driver

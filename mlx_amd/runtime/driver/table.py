@@ -220,10 +220,6 @@ def loaded_path(basename_prefix: str) -> Optional[str]:
     return None
 
 
-def finalizing() -> bool:
-    return sys is None or sys.is_finalizing()
-
-
 class Handle(ctypes.c_void_p):
     """A stream, event, module or function: passes straight into ctypes calls.
 
@@ -234,9 +230,10 @@ class Handle(ctypes.c_void_p):
 
     _release = None    # ctypes function taking the handle, set by the driver
 
-    def __del__(self):
+    # is_finalizing is bound as a default: at shutdown this module's globals may be None
+    def __del__(self, _finalizing=sys.is_finalizing):
         release, value = self._release, self.value
-        if release is None or not value or finalizing():
+        if release is None or not value or _finalizing():
             return
         try:
             release(value)
