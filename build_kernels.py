@@ -1,0 +1,823 @@
+#!/usr/bin/env python3
+"""Compile hip_kernels/*.hip into the kernel files mlx-amd loads at run time.
+
+    python build_kernels.py                      # every target, incremental, -j nproc
+    python build_kernels.py --arch gfx1100,gfx942
+    python build_kernels.py --target nvidia      # sm_90 cubin + compute_90 PTX only
+    python build_kernels.py --list               # targets, families, what is stale
+    python build_kernels.py check                # verify the built files against the table
+    python build_kernels.py --clean
+
+Output: ``mlx_amd/kernels/<target>/<family>.{co,cubin,ptx}`` and
+``mlx_amd/kernels/manifest.json`` (see ``write_manifest``). Stdlib only; it loads
+``mlx_amd/runtime/kernel_table.py`` and ``mlx_amd/runtime/elf.py`` by file path, so
+it never imports mlx.
+
+Targets and the code-object rule (README material):
+
+* AMD: one code object per (family, arch) for gfx908 gfx90a gfx942 gfx950 gfx1030
+  gfx1100 gfx1101 gfx1102 gfx1150 gfx1151 gfx1200 gfx1201, built device-only with
+  ``--no-gpu-bundle-output`` (a plain ELF that ``hipModuleLoadData`` takes and
+  that ``elf.py`` can read) and ``-mcode-object-version=5``: v5 is what ROCm 6.0
+  emits by default and every ROCm 6.x/7.x runtime loads it; pinning it keeps a
+  newer compiler's default from silently dropping older runtimes. No xnack/sramecc
+  setting is given, so the objects ("any") load whichever mode the GPU runs in.
+* Generic targets (gfx9-4-generic, gfx11-generic, gfx12-generic; ``--generic``
+  or naming them in ``--arch``) are off by default: they need code object v6,
+  which the ROCm 6.0-era runtimes predate (generic targets arrived with LLVM 19),
+  and they give up arch-specific tuning. The loader uses one only when no exact
+  arch was built for the GPU; it fails with a message naming the generic target
+  when the runtime cannot load it.
+* NVIDIA (the test GPU): ``sm_90`` cubin plus ``compute_90`` PTX from the same
+  sources with nvcc ``-x cu``; the PTX lets a newer GPU JIT the kernels.
+
+Toolchains: hipcc on PATH, under $ROCM_PATH or /opt/rocm; otherwise Debian's ROCm
+in the chroot of ``tools/rocm-toolchain.sh`` (``--rocm-chroot``, $ROCM_CHROOT,
+default /var/cache/rocm-sid-root; needs root), entered once per build: all AMD
+compiles of a build run there as one batch. nvcc from PATH, $CUDA_HOME or
+/usr/local/cuda*/bin.
+
+Incremental: an output is rebuilt only when its key changes: the family's source,
+any header under hip_kernels/include, the generated ``<family>.inc``, the compiler
+version or the flags. Keys live in ``build/kernels/stamps``; ``--cache-dir`` (or
+$MLX_AMD_KERNEL_CACHE) adds a content-addressed store outside the clone, so CI
+restores unchanged objects into a clean clone without compiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TOOLCHAIN_SH = HERE / "tools" / "rocm-toolchain.sh"
+DEFAULT_CHROOT = "/var/cache/rocm-sid-root"
+CHROOT_STAMP = ".rocm-toolchain-bootstrap"  # written by rocm-toolchain.sh once bootstrapped
+
+AMD_ARCHS = ("gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101",
+             "gfx1102", "gfx1150", "gfx1151", "gfx1200", "gfx1201")
+GENERIC_ARCHS = ("gfx9-4-generic", "gfx11-generic", "gfx12-generic")
+NVIDIA_TARGETS = ("sm_90",)
+MANIFEST_VERSION = 1
+# Bump when the build rules change in a way the flags below do not show.
+RULES_VERSION = 1
+
+AMD_FLAGS = ["-x", "hip", "--cuda-device-only", "--no-gpu-bundle-output", "-O3", "-std=c++17"]
+# clang's HIP treats constexpr functions as host+device; this makes nvcc agree, so the
+# same sources need no __host__ __device__ on every constexpr helper.
+NVCC_FLAGS = ["-x", "cu", "-O3", "-std=c++17", "--expt-relaxed-constexpr"]
+ERROR_LINES = 40  # compiler output shown per failure; the full text goes to build/kernels/logs
+
+
+class BuildError(RuntimeError):
+    """A build or check failed; the message says what and how (command, compiler output)."""
+
+
+# --------------------------------------------------------------------------- targets
+
+def kind_of(target: str) -> str:
+    if re.fullmatch(r"gfx[0-9a-f]+(-[0-9]+)*(-generic)?", target):
+        return "amd"
+    if re.fullmatch(r"sm_[0-9]+[a-z]?", target):
+        return "nvidia"
+    raise BuildError(f"unknown target {target!r}: expected an AMD arch like gfx1100 "
+                     f"(or gfx11-generic) or an NVIDIA one like sm_90")
+
+
+def amd_code_object_version(arch: str) -> int:
+    return 6 if arch.endswith("-generic") else 5
+
+
+def outputs_for(family: str, target: str) -> dict:
+    """{role: path relative to the kernel dir} of one (family, target)."""
+    if kind_of(target) == "amd":
+        return {"file": f"{target}/{family}.co"}
+    return {"file": f"{target}/{family}.cubin", "ptx": f"{target}/{family}.ptx"}
+
+
+def select_targets(arch: str | None, target: str, generic: bool) -> list:
+    if target not in ("amd", "nvidia", "all"):
+        raise BuildError(f"--target must be amd, nvidia or all, not {target!r}")
+    if arch:
+        names = [a.strip() for a in arch.split(",") if a.strip()]
+        if not names:
+            raise BuildError("--arch is empty")
+        for n in names:
+            kind_of(n)
+        chosen = [n for n in dict.fromkeys(names) if target == "all" or kind_of(n) == target]
+        if not chosen:
+            raise BuildError(f"--arch {arch} has no {target} target")
+        return chosen
+    chosen = []
+    if target in ("amd", "all"):
+        chosen += list(AMD_ARCHS) + (list(GENERIC_ARCHS) if generic else [])
+    if target in ("nvidia", "all"):
+        chosen += list(NVIDIA_TARGETS)
+    return chosen
+
+
+def compile_argv(target: str, family: str, src: Path, include_dirs: list, out_dir: Path) -> list:
+    """Commands (compiler argv without the compiler itself) producing outputs_for() in out_dir."""
+    inc = [a for d in include_dirs for a in ("-I", str(d))]
+    outs = outputs_for(family, target)
+    if kind_of(target) == "amd":
+        flags = AMD_FLAGS + [f"--offload-arch={target}",
+                             f"-mcode-object-version={amd_code_object_version(target)}"]
+        return [flags + inc + ["-o", str(out_dir / Path(outs["file"]).name), str(src)]]
+    # PTX first, then the cubin from that PTX: nvcc's own pipeline (front end -> PTX ->
+    # ptxas) run once instead of twice; the cubin is identical to a direct -cubin build.
+    sm = target.split("_", 1)[1]
+    ptx = str(out_dir / Path(outs["ptx"]).name)
+    return [NVCC_FLAGS + [f"-arch=compute_{sm}", "-ptx"] + inc + ["-o", ptx, str(src)],
+            ["-O3", f"-arch=sm_{sm}", "-cubin", "-o", str(out_dir / Path(outs["file"]).name), ptx]]
+
+
+def flag_signature(target: str) -> list:
+    """The path-free part of the commands, for the rebuild key."""
+    return [[a for a in argv if not a.startswith("/")]
+            for argv in compile_argv(target, "F", Path("/s"), [Path("/i")], Path("/o"))]
+
+
+# --------------------------------------------------------------------------- helpers
+
+def sha256_bytes(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def sha256_file(p: Path) -> str:
+    return sha256_bytes(p.read_bytes())
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600; these files ship in the wheel
+    os.replace(tmp, path)
+
+
+def load_by_path(name: str, path: Path):
+    """Import one file as a module without importing its package (mlx_amd/__init__ imports mlx).
+
+    The source is compiled afresh (no __pycache__), so a table edited within the same
+    second as the last build is never read from stale bytecode.
+    """
+    mod = types.ModuleType(name)
+    mod.__file__ = str(path)
+    sys.modules[name] = mod  # dataclasses look the module up while a class is built
+    try:
+        exec(compile(Path(path).read_text(), str(path), "exec"), mod.__dict__)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return mod
+
+
+elf = load_by_path("_mlx_amd_build_elf", HERE / "mlx_amd" / "runtime" / "elf.py")
+
+
+# Runs inside the chroot (its python3) or on the host: executes compile jobs in
+# parallel and writes their results; stdlib only and version-neutral on purpose.
+_RUNNER = r"""
+import concurrent.futures, json, subprocess, sys, time
+jobs = json.load(open(sys.argv[1])); n = int(sys.argv[3]); done = [0]
+def run(job):
+    t0 = time.time()
+    for argv in job["cmds"]:
+        try:
+            p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            rc, out = p.returncode, p.stdout.decode("utf-8", "replace")
+        except OSError as e:
+            rc, out = 127, str(e)
+        if rc:
+            break
+    res = {"id": job["id"], "rc": rc, "cmd": argv, "output": out, "seconds": time.time() - t0}
+    done[0] += 1
+    sys.stderr.write("  [%d/%d] %s %s %.1fs\n" % (done[0], len(jobs), job["id"], "FAILED" if rc else "ok", res["seconds"]))
+    sys.stderr.flush()
+    return res
+with concurrent.futures.ThreadPoolExecutor(max(1, n)) as ex:
+    results = list(ex.map(run, jobs))
+json.dump(results, open(sys.argv[2], "w"))
+"""
+
+
+# --------------------------------------------------------------------------- toolchains
+
+@dataclass
+class Toolchain:
+    kind: str                      # "amd" / "nvidia"
+    compiler: str                  # path of hipcc / nvcc (inside the chroot when chroot is set)
+    chroot: str | None = None      # run through tools/rocm-toolchain.sh with this ROCM_CHROOT
+    _version: str | None = None
+
+    def wrap(self, root: Path, argv: list) -> tuple[list, dict]:
+        """argv as run on the host, and its environment."""
+        env = dict(os.environ)
+        if not self.chroot:
+            return argv, env
+        env["ROCM_CHROOT"] = self.chroot
+        return ["bash", str(TOOLCHAIN_SH), "run", str(root)] + argv, env
+
+    def version(self, root: Path) -> str:
+        if self._version is None:
+            argv, env = self.wrap(root, [self.compiler, "--version"])
+            p = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            out = p.stdout.decode("utf-8", "replace")
+            if p.returncode:
+                raise BuildError(f"`{' '.join(argv)}` failed ({p.returncode}):\n{out.strip()}")
+            keep = [l.strip() for l in out.splitlines()
+                    if re.search(r"HIP version|clang version|release \d|^Build ", l.strip())]
+            self._version = "; ".join(keep) or out.strip()
+        return self._version
+
+    def describe(self) -> str:
+        return f"{self.compiler} (in chroot {self.chroot})" if self.chroot else self.compiler
+
+
+def _chroot_ready(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, CHROOT_STAMP))
+
+
+def find_amd(rocm_chroot: str | None) -> Toolchain:
+    """hipcc on this machine, else the Debian ROCm chroot; --rocm-chroot forces the chroot."""
+    if rocm_chroot is None:
+        cands = [shutil.which("hipcc")]
+        for base in (os.environ.get("ROCM_PATH"), os.environ.get("HIP_PATH"), "/opt/rocm"):
+            if base:
+                cands.append(os.path.join(base, "bin", "hipcc"))
+        for c in cands:
+            if c and os.access(c, os.X_OK):
+                return Toolchain("amd", c)
+    path = rocm_chroot or os.environ.get("ROCM_CHROOT") or DEFAULT_CHROOT
+    if _chroot_ready(path):
+        if os.geteuid() != 0:
+            raise BuildError(f"the ROCm chroot at {path} needs root to enter (chroot, mounts): "
+                             f"run as root, or install ROCm so that hipcc is on PATH")
+        return Toolchain("amd", "hipcc", chroot=path)
+    raise BuildError("no AMD toolchain: hipcc is not on PATH or in /opt/rocm/bin, and there is no "
+                     f"ROCm chroot at {path} (create it with `sudo tools/rocm-toolchain.sh setup`); "
+                     "or build only the NVIDIA target with --target nvidia")
+
+
+def find_nvidia() -> Toolchain:
+    cands = [shutil.which("nvcc")]
+    if os.environ.get("CUDA_HOME"):
+        cands.append(os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc"))
+    cands += sorted(glob.glob("/usr/local/cuda*/bin/nvcc"), reverse=True)
+    for c in cands:
+        if c and os.access(c, os.X_OK):
+            return Toolchain("nvidia", c)
+    raise BuildError("no NVIDIA toolchain: nvcc is not on PATH, in $CUDA_HOME/bin or /usr/local/cuda*/bin; "
+                     "install the CUDA toolkit or build only AMD targets with --target amd")
+
+
+# --------------------------------------------------------------------------- project
+
+@dataclass
+class Project:
+    root: Path
+    out_dir: Path
+    cache_dir: Path | None = None
+    jobs: int = 1
+    rocm_chroot: str | None = None
+    verbose: bool = True
+    _toolchains: dict = field(default_factory=dict)
+
+    @property
+    def src_dir(self) -> Path: return self.root / "hip_kernels"
+    @property
+    def include_dir(self) -> Path: return self.src_dir / "include"
+    @property
+    def build_dir(self) -> Path: return self.root / "build" / "kernels"
+    @property
+    def gen_dir(self) -> Path: return self.build_dir / "gen"
+    @property
+    def table_path(self) -> Path: return self.root / "mlx_amd" / "runtime" / "kernel_table.py"
+    @property
+    def manifest_path(self) -> Path: return self.out_dir / "manifest.json"
+
+    def log(self, msg: str) -> None:
+        if self.verbose:
+            print(msg, flush=True)
+
+    # --- the kernel table (optional: families without an entry take their names from the object)
+    def table(self):
+        if not hasattr(self, "_table"):
+            self._table = None
+            if self.table_path.is_file():
+                try:
+                    self._table = load_by_path(f"_mlx_amd_kernel_table_{id(self)}", self.table_path)
+                except Exception as e:
+                    raise BuildError(f"cannot load {self.table_path}: {type(e).__name__}: {e}") from e
+        return self._table
+
+    def _ask_table(self, fn: str, *args):
+        """Call a kernel_table function; its failures become BuildErrors naming the call."""
+        try:
+            return getattr(self.table(), fn)(*args)
+        except BuildError:
+            raise
+        except Exception as e:
+            call = f"kernel_table.{fn}({', '.join(map(repr, args))})"
+            raise BuildError(f"{call} failed: {type(e).__name__}: {e}") from e
+
+    def table_families(self) -> list:
+        return list(self._ask_table("families")) if self.table() else []
+
+    def table_kernels(self, family: str):
+        """The table's kernel names for a family, or None when the table does not list it."""
+        if family not in self.table_families():
+            return None
+        return list(self._ask_table("kernel_names", family))
+
+    def families(self) -> list:
+        found = sorted(p.stem for p in self.src_dir.glob("*.hip"))
+        missing = [f for f in self.table_families() if f not in found]
+        if missing:
+            raise BuildError(f"kernel_table.families() lists {missing} but {self.src_dir} has no "
+                             + ", ".join(f"{m}.hip" for m in missing))
+        if not found:
+            raise BuildError(f"no kernel sources: {self.src_dir}/*.hip matched nothing")
+        return found
+
+    def instantiation(self, family: str) -> str:
+        if family not in self.table_families():
+            return ""
+        text = self._ask_table("instantiation_source", family)
+        if not isinstance(text, str):
+            raise BuildError(f"kernel_table.instantiation_source({family!r}) returned "
+                             f"{type(text).__name__}, expected str")
+        return text
+
+    def write_generated(self, families: list) -> dict:
+        """Write <family>.inc where changed; {family: sha256 of its text}."""
+        shas = {}
+        for fam in families:
+            data = self.instantiation(fam).encode()
+            shas[fam] = sha256_bytes(data)
+            p = self.gen_dir / f"{fam}.inc"
+            if not p.is_file() or p.read_bytes() != data:
+                write_atomic(p, data)
+        return shas
+
+    def header_digest(self) -> str:
+        h = hashlib.sha256()
+        if self.include_dir.is_dir():
+            for p in sorted(self.include_dir.rglob("*")):
+                if p.is_file():
+                    h.update(str(p.relative_to(self.include_dir)).encode() + b"\0")
+                    h.update(sha256_file(p).encode())
+        return h.hexdigest()
+
+    def toolchain(self, kind: str) -> Toolchain:
+        if kind not in self._toolchains:
+            self._toolchains[kind] = find_amd(self.rocm_chroot) if kind == "amd" else find_nvidia()
+        return self._toolchains[kind]
+
+    def stamp_path(self, family: str, target: str) -> Path:
+        return self.build_dir / "stamps" / target / f"{family}.json"
+
+    def read_manifest(self) -> dict:
+        if not self.manifest_path.is_file():
+            return {}
+        try:
+            m = json.loads(self.manifest_path.read_text())
+        except ValueError as e:
+            raise BuildError(f"{self.manifest_path} is not valid JSON ({e}); run with --clean") from e
+        return m if m.get("version") == MANIFEST_VERSION else {}
+
+
+@dataclass
+class Unit:
+    """One (family, target): its rebuild key and where its files go."""
+    family: str
+    target: str
+    key: str
+    outputs: dict                  # role -> path relative to out_dir
+
+    @property
+    def kind(self) -> str: return kind_of(self.target)
+    @property
+    def id(self) -> str: return f"{self.target}/{self.family}"
+
+
+@dataclass
+class Report:
+    built: list = field(default_factory=list)        # unit ids compiled now
+    cached: list = field(default_factory=list)       # restored from --cache-dir
+    up_to_date: list = field(default_factory=list)
+    failed: list = field(default_factory=list)
+    seconds: dict = field(default_factory=dict)      # target -> summed compile seconds
+    batch_seconds: dict = field(default_factory=dict)  # kind -> wall seconds of its batch
+    problems: list = field(default_factory=list)     # check findings
+
+
+def plan(proj: Project, targets: list) -> list:
+    families = proj.families()
+    inc = proj.write_generated(families)
+    headers = proj.header_digest()
+    units = []
+    for t in targets:
+        tc = proj.toolchain(kind_of(t))
+        version = tc.version(proj.root)
+        for fam in families:
+            key = sha256_bytes(json.dumps({
+                "rules": RULES_VERSION, "target": t, "source": sha256_file(proj.src_dir / f"{fam}.hip"),
+                "headers": headers, "inc": inc[fam], "compiler": version, "flags": flag_signature(t),
+            }, sort_keys=True).encode())
+            units.append(Unit(fam, t, key, outputs_for(fam, t)))
+    return units
+
+
+def _fresh(proj: Project, u: Unit) -> bool:
+    sp = proj.stamp_path(u.family, u.target)
+    try:
+        stamp = json.loads(sp.read_text())
+    except (OSError, ValueError):
+        return False
+    if stamp.get("key") != u.key:
+        return False
+    for rel in u.outputs.values():
+        p = proj.out_dir / rel
+        if not p.is_file() or sha256_file(p) != stamp.get("files", {}).get(rel):
+            return False
+    return True
+
+
+def _install(proj: Project, u: Unit, files: dict) -> None:
+    """files: role -> bytes. Write outputs, then the stamp (so a crash in between reads as stale)."""
+    shas = {}
+    for role, rel in u.outputs.items():
+        write_atomic(proj.out_dir / rel, files[role])
+        shas[rel] = sha256_bytes(files[role])
+    write_atomic(proj.stamp_path(u.family, u.target),
+                 json.dumps({"key": u.key, "files": shas}, indent=1).encode())
+
+
+def _cache_entry(proj: Project, u: Unit) -> Path | None:
+    return proj.cache_dir / u.key[:2] / u.key if proj.cache_dir else None
+
+
+def _from_cache(proj: Project, u: Unit) -> bool:
+    d = _cache_entry(proj, u)
+    if d is None or not d.is_dir():
+        return False
+    try:
+        files = {role: (d / Path(rel).name).read_bytes() for role, rel in u.outputs.items()}
+    except OSError:
+        return False
+    _install(proj, u, files)
+    return True
+
+
+def _to_cache(proj: Project, u: Unit, files: dict) -> None:
+    d = _cache_entry(proj, u)
+    if d is None or d.is_dir():
+        return
+    tmp = Path(tempfile.mkdtemp(dir=proj.cache_dir, prefix=".incoming-"))
+    for role, rel in u.outputs.items():
+        (tmp / Path(rel).name).write_bytes(files[role])
+    d.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(tmp, d)
+    except OSError:  # another build stored it first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_batch(proj: Project, kind: str, units: list, report: Report) -> list:
+    """Compile units of one toolchain in one runner process; returns error texts."""
+    tc = proj.toolchain(kind)
+    work = proj.build_dir / "work" / kind
+    shutil.rmtree(work, ignore_errors=True)
+    incs = [proj.include_dir, proj.gen_dir]
+    jobs = []
+    for u in units:
+        (work / u.target).mkdir(parents=True, exist_ok=True)
+        cmds = [[tc.compiler] + a for a in compile_argv(u.target, u.family, proj.src_dir / f"{u.family}.hip",
+                                                        incs, work / u.target)]
+        jobs.append({"id": u.id, "cmds": cmds})
+    jobs_file, results_file = work / "jobs.json", work / "results.json"
+    jobs_file.write_text(json.dumps(jobs))
+    py = "python3" if tc.chroot else sys.executable
+    argv, env = tc.wrap(proj.root, [py, "-c", _RUNNER, str(jobs_file), str(results_file), str(proj.jobs)])
+    proj.log(f"{kind}: compiling {len(jobs)} object(s) with {tc.describe()}, -j{proj.jobs}")
+    t0 = time.time()
+    p = subprocess.run(argv, env=env, stdout=None if proj.verbose else subprocess.DEVNULL,
+                       stderr=None if proj.verbose else subprocess.PIPE)
+    report.batch_seconds[kind] = time.time() - t0
+    if p.returncode or not results_file.is_file():
+        detail = (p.stderr or b"").decode("utf-8", "replace").strip() if not proj.verbose else ""
+        raise BuildError(f"the {kind} compile batch failed to run (exit {p.returncode}): "
+                         f"{' '.join(argv[:6])} ...\n{detail}".rstrip())
+    by_id = {u.id: u for u in units}
+    errors = []
+    for r in json.loads(results_file.read_text()):
+        u = by_id[r["id"]]
+        report.seconds[u.target] = report.seconds.get(u.target, 0.0) + r["seconds"]
+        if r["rc"]:
+            report.failed.append(u.id)
+            log = proj.build_dir / "logs" / u.target / f"{u.family}.log"
+            write_atomic(log, f"$ {' '.join(r['cmd'])}\n{r['output']}".encode())
+            out = r["output"].rstrip().splitlines()
+            more = f"\n  | ... {len(out) - ERROR_LINES} more lines in {log}" if len(out) > ERROR_LINES else ""
+            errors.append(f"{u.id}: compiler exit {r['rc']}\n  command: {' '.join(r['cmd'])}\n"
+                          + "\n".join("  | " + l for l in out[:ERROR_LINES]) + more)
+            continue
+        files = {role: (work / u.target / Path(rel).name).read_bytes() for role, rel in u.outputs.items()}
+        _install(proj, u, files)
+        _to_cache(proj, u, files)
+        report.built.append(u.id)
+    return errors
+
+
+def build(proj: Project, targets: list) -> Report:
+    proj.build_dir.mkdir(parents=True, exist_ok=True)
+    with open(proj.build_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two builds of one tree would share work/ and stamps/
+        return _build(proj, targets)
+
+
+def _build(proj: Project, targets: list) -> Report:
+    report = Report()
+    units = plan(proj, targets)
+    todo = []
+    for u in units:
+        if _fresh(proj, u):
+            report.up_to_date.append(u.id)
+        elif _from_cache(proj, u):
+            report.cached.append(u.id)
+        else:
+            todo.append(u)
+    errors = []
+    for kind in ("amd", "nvidia"):
+        batch = [u for u in todo if u.kind == kind]
+        if batch:
+            errors += _run_batch(proj, kind, batch, report)
+    failed = set(report.failed)
+    write_manifest(proj, [u for u in units if u.id not in failed], [u for u in units if u.id in failed])
+    if errors:
+        raise BuildError(f"{len(errors)} compile(s) failed:\n" + "\n".join(errors))
+    # This run vouches for its own targets; others kept in the manifest only get a note.
+    report.problems = check(proj, set(targets))
+    if report.problems:
+        raise BuildError("built kernels fail the check:\n  " + "\n  ".join(report.problems))
+    others = sorted({p.split("/")[0].split(":")[0] for p in check(proj)} - set(targets))
+    if others:
+        proj.log(f"note: kept targets {', '.join(others)} are stale or damaged "
+                 f"(`python build_kernels.py check` says why; rebuild them with --arch)")
+    return report
+
+
+def write_manifest(proj: Project, good: list, failed: list) -> dict:
+    """Manifest over what is on disk: this run's units plus other targets' still-valid entries.
+
+    {"version": 1, "sources": {family: sha256}, "compilers": {"amd": ..., "nvidia": ...},
+     "targets": {target: {"kind": "amd"|"nvidia", "families": {family: {"file": rel path,
+         "sha256": ..., "kernels": [names], ("ptx": rel path, "ptx_sha256": ... on NVIDIA)}}}}}
+    """
+    old = proj.read_manifest()
+    families = proj.families()
+    man = {"version": MANIFEST_VERSION,
+           "sources": {f: sha256_file(proj.src_dir / f"{f}.hip") for f in families},
+           "compilers": dict(old.get("compilers", {})), "targets": {}}
+    fresh_targets = {u.target for u in good} | {u.target for u in failed}
+    # Keep other targets' entries only while their files are intact and the family still exists.
+    for t, entry in old.get("targets", {}).items():
+        if t in fresh_targets:
+            continue
+        fams = {f: e for f, e in entry.get("families", {}).items()
+                if f in families and all((proj.out_dir / e[r]).is_file() and sha256_file(proj.out_dir / e[r]) == e[h]
+                                         for r, h in (("file", "sha256"), ("ptx", "ptx_sha256")) if r in e)}
+        if fams:
+            man["targets"][t] = {"kind": entry.get("kind", kind_of(t)), "families": fams}
+    for u in good:
+        man["compilers"][u.kind] = proj.toolchain(u.kind).version(proj.root)
+        obj = proj.out_dir / u.outputs["file"]
+        kernels = proj.table_kernels(u.family)
+        if kernels is None:  # not in the table (e.g. smoke): the object says what it exports
+            kernels = sorted(elf.kernel_names(elf.read(obj)))
+        e = {"file": u.outputs["file"], "sha256": sha256_file(obj), "kernels": sorted(kernels)}
+        if "ptx" in u.outputs:
+            e["ptx"] = u.outputs["ptx"]
+            e["ptx_sha256"] = sha256_file(proj.out_dir / u.outputs["ptx"])
+        man["targets"].setdefault(u.target, {"kind": u.kind, "families": {}})["families"][u.family] = e
+    for u in failed:  # never leave an object the manifest no longer vouches for
+        for rel in u.outputs.values():
+            (proj.out_dir / rel).unlink(missing_ok=True)
+        proj.stamp_path(u.family, u.target).unlink(missing_ok=True)
+    man["targets"] = dict(sorted(man["targets"].items()))
+    for t in man["targets"].values():
+        t["families"] = dict(sorted(t["families"].items()))
+    write_atomic(proj.manifest_path, (json.dumps(man, indent=1) + "\n").encode())
+    return man
+
+
+# --------------------------------------------------------------------------- check
+
+def _names(names, limit: int = 6) -> str:
+    names = sorted(names)
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+def check(proj: Project, targets=None) -> list:
+    """Problems with the built kernels (all, or those of ``targets``), one line each naming
+    target, family and what is wrong."""
+    man = proj.read_manifest()
+    if not man:
+        return [f"no manifest at {proj.manifest_path}: run python build_kernels.py"]
+    problems = []
+    families = set(man.get("sources", {}))
+    for t, entry in man.get("targets", {}).items():
+        if targets is not None and t not in targets:
+            continue
+        missing_fams = sorted(families - set(entry.get("families", {})))
+        if missing_fams:
+            problems.append(f"{t}: no object for famil{'y' if len(missing_fams) == 1 else 'ies'} "
+                            + ", ".join(missing_fams))
+        for fam, e in entry.get("families", {}).items():
+            where = f"{t}/{fam}"
+            expected = proj.table_kernels(fam)
+            listed = list(e.get("kernels", []))
+            if expected is not None and sorted(listed) != sorted(expected):
+                extra, lacking = sorted(set(listed) - set(expected)), sorted(set(expected) - set(listed))
+                problems.append(f"{where}: manifest kernel list differs from kernel_table.kernel_names"
+                                f"({fam!r}) (stale build?): missing [{_names(lacking)}], extra [{_names(extra)}]")
+            want = set(expected if expected is not None else listed)
+            path = proj.out_dir / e["file"]
+            if not path.is_file():
+                problems.append(f"{where}: file {e['file']} is missing")
+                continue
+            data = path.read_bytes()
+            if sha256_bytes(data) != e.get("sha256"):
+                problems.append(f"{where}: {e['file']} does not match its manifest sha256")
+            try:
+                obj = elf.read(data)
+                have = elf.kernel_names(obj)
+            except elf.ElfError as err:
+                problems.append(f"{where}: {err}")
+                continue
+            if sorted(want - have):
+                problems.append(f"{where}: missing kernels in {e['file']}: {_names(want - have)}")
+            if kind_of(t) == "amd":
+                at = elf.amd_target(obj)
+                if t in elf.AMD_MACH and at.arch != t:
+                    problems.append(f"{where}: {e['file']} is built for {at.arch or hex(at.mach)}, not {t}")
+                if at.code_object_version != amd_code_object_version(t):
+                    problems.append(f"{where}: code object v{at.code_object_version}, "
+                                    f"expected v{amd_code_object_version(t)}")
+            elif obj.machine != elf.EM_CUDA:
+                problems.append(f"{where}: {e['file']} is not a CUDA cubin")
+            if "ptx" in e:
+                pp = proj.out_dir / e["ptx"]
+                if not pp.is_file():
+                    problems.append(f"{where}: file {e['ptx']} is missing")
+                    continue
+                ptx = pp.read_bytes()
+                if sha256_bytes(ptx) != e.get("ptx_sha256"):
+                    problems.append(f"{where}: {e['ptx']} does not match its manifest sha256")
+                lacking = sorted(want - elf.ptx_entries(ptx))
+                if lacking:
+                    problems.append(f"{where}: missing kernels in {e['ptx']}: {_names(lacking)}")
+    return problems
+
+
+# --------------------------------------------------------------------------- list / clean
+
+def list_status(proj: Project, targets: list) -> str:
+    lines = [f"sources: {proj.src_dir}", f"output:  {proj.out_dir}"]
+    families = proj.families()
+    listed = set(proj.table_families())
+    lines.append("families: " + ", ".join(f if f in listed else f"{f} (not in kernel_table)" for f in families))
+    units = {}
+    for kind in dict.fromkeys(kind_of(t) for t in targets):
+        try:
+            tc = proj.toolchain(kind)
+            lines.append(f"{kind} compiler: {tc.describe()}: {tc.version(proj.root)}")
+        except BuildError as e:
+            lines.append(f"{kind} compiler: unavailable: {e}")
+    for t in targets:
+        try:
+            units[t] = [u for u in plan(proj, [t])]
+        except BuildError:
+            units[t] = None
+    for t in targets:
+        if units[t] is None:
+            lines.append(f"  {t:16s} (no toolchain)")
+            continue
+        stale = [u.family for u in units[t] if not _fresh(proj, u)]
+        state = "up to date" if not stale else "to build: " + ", ".join(stale)
+        lines.append(f"  {t:16s} {state}")
+    return "\n".join(lines)
+
+
+def clean(proj: Project, targets: list | None) -> None:
+    """Remove built files (all, or only the given targets); the --cache-dir store is kept."""
+    if targets is None:
+        for d in (proj.out_dir.iterdir() if proj.out_dir.is_dir() else []):
+            try:
+                is_target = d.is_dir() and bool(kind_of(d.name))
+            except BuildError:  # not a target directory: not ours to remove
+                is_target = False
+            if is_target:
+                shutil.rmtree(d)
+        proj.manifest_path.unlink(missing_ok=True)
+        shutil.rmtree(proj.build_dir, ignore_errors=True)
+        return
+    for t in targets:
+        shutil.rmtree(proj.out_dir / t, ignore_errors=True)
+        shutil.rmtree(proj.build_dir / "stamps" / t, ignore_errors=True)
+    man = proj.read_manifest()
+    if man:
+        for t in targets:
+            man.get("targets", {}).pop(t, None)
+        write_atomic(proj.manifest_path, (json.dumps(man, indent=1) + "\n").encode())
+
+
+# --------------------------------------------------------------------------- CLI
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="build_kernels.py", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", nargs="?", choices=("build", "check"), default="build",
+                    help="build (default) or check the built kernels against the kernel table")
+    ap.add_argument("--arch", help="comma-separated targets, e.g. gfx1100,gfx942 or sm_90")
+    ap.add_argument("--target", default="all", choices=("amd", "nvidia", "all"))
+    ap.add_argument("--generic", action="store_true",
+                    help="also build " + ", ".join(GENERIC_ARCHS) + " (code object v6, newer runtimes only)")
+    ap.add_argument("-j", "--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                    help="parallel compiles (default: the CPUs this process may use)")
+    ap.add_argument("--cache-dir", default=os.environ.get("MLX_AMD_KERNEL_CACHE") or None,
+                    help="content-addressed object cache outside the clone (env MLX_AMD_KERNEL_CACHE)")
+    ap.add_argument("--rocm-chroot", nargs="?", const=os.environ.get("ROCM_CHROOT") or DEFAULT_CHROOT,
+                    help="compile AMD targets in this tools/rocm-toolchain.sh chroot even if hipcc is installed")
+    ap.add_argument("--root", default=str(HERE), help=argparse.SUPPRESS)  # tests build tiny projects
+    ap.add_argument("--out-dir", help="default: <root>/mlx_amd/kernels")
+    ap.add_argument("--list", action="store_true", help="show families, targets and what is stale")
+    ap.add_argument("--clean", action="store_true", help="remove built kernels (the cache dir is kept)")
+    ap.add_argument("-q", "--quiet", action="store_true")
+    return ap
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    root = Path(args.root).resolve()
+    proj = Project(root=root, out_dir=Path(args.out_dir).resolve() if args.out_dir else root / "mlx_amd" / "kernels",
+                   cache_dir=Path(args.cache_dir).resolve() if args.cache_dir else None,
+                   jobs=max(1, args.jobs), rocm_chroot=args.rocm_chroot, verbose=not args.quiet)
+    try:
+        if args.jobs < 1:
+            raise BuildError("-j must be at least 1")
+        targets = select_targets(args.arch, args.target, args.generic)
+        if args.clean:
+            clean(proj, targets if (args.arch or args.target != "all") else None)
+            proj.log("cleaned " + ("all targets" if not (args.arch or args.target != "all") else ", ".join(targets)))
+            return 0
+        if args.list:
+            print(list_status(proj, targets))
+            return 0
+        if args.command == "check":
+            problems = check(proj)
+            for p in problems:
+                print(f"check: {p}", file=sys.stderr)
+            if not problems:
+                proj.log(f"check: {proj.manifest_path} and every object in it are consistent")
+            return 1 if problems else 0
+        if proj.cache_dir:
+            proj.cache_dir.mkdir(parents=True, exist_ok=True)
+        t0 = time.time()
+        rep = build(proj, targets)
+        proj.log(_summary(rep, time.time() - t0))
+        return 0
+    except BuildError as e:
+        print(f"build_kernels.py: error: {e}", file=sys.stderr)
+        return 1
+
+
+def _summary(rep: Report, wall: float) -> str:
+    lines = [f"built {len(rep.built)}, from cache {len(rep.cached)}, up to date {len(rep.up_to_date)}"
+             f" in {wall:.1f}s"]
+    for kind, s in rep.batch_seconds.items():
+        lines.append(f"  {kind} batch wall time {s:.1f}s")
+    for t, s in sorted(rep.seconds.items()):
+        n = sum(1 for i in rep.built if i.startswith(t + "/"))
+        lines.append(f"  {t:16s} {s:7.1f}s compile time over {n} object(s)")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
