@@ -131,6 +131,7 @@ class Evaluator:
                 self.residency.writeback(stream=self.stream)
                 if self.stream is not None:
                     self.driver.stream_synchronize(self.stream)
+                    self.residency.synchronized()
             self.stats.evals += 1
 
     def synchronize(self):
@@ -170,57 +171,61 @@ class Evaluator:
             if freed:
                 _route_freed(freed)
 
-    def _layout(self, info, meta) -> Layout:
-        # info: (key, data_ptr, offset_bytes, strides, data_size, nbytes, row, col, contiguous, ours)
-        return Layout(meta[0], info[3], meta[1], info[4], info[6], info[8])
-
     def _elementwise(self, g, metas, fam, prim, params, ins, outs) -> bool:
         if len(outs) != 1:
             return False
         infos = [g.info(s) for s in ins]
-        if any(inf is None for inf in infos):
+        if None in infos:
             return False
-        out_meta = metas[outs[0]]
-        in_layouts = tuple(self._layout(inf, metas[s]) for inf, s in zip(infos, ins))
-        size = 1
-        for d in out_meta[0]:
-            size *= d
-        out_layout = Layout(out_meta[0], _row_strides(out_meta[0]), out_meta[1], size, True, True)
-        sig = (prim, params, in_layouts, out_layout)
-        plan = self.plans.get(sig, _MISSING)
-        if plan is _MISSING:
-            # the bridge gives a one-value state() as the bare value; launchers take tuples
-            p = params if isinstance(params, tuple) else (() if params is None else (params,))
-            op = fam.module.op_for(prim, p)
-            plan = None if op is None else fam.module.plan(op, in_layouts, out_layout, self.props)
-            self.plans[sig] = plan
+        out = outs[0]
+        out_meta = metas[out]
+        # The signature is plain tuples (cheap to hash); Layouts are built on a miss only.
+        # info: (key, data_ptr, offset_bytes, strides, data_size, nbytes, row, col, contig, ours)
+        in_sig = tuple((metas[s], inf[3], inf[4], inf[6], inf[8]) for s, inf in zip(ins, infos))
+        sig = (prim, params, in_sig, out_meta)
+        entry = self.plans.get(sig)
+        if entry is None:
+            entry = self.plans[sig] = self._plan(fam, prim, params, in_sig, out_meta)
+        plan, size, nbytes = entry
         if plan is None:
             return False
         res = self.residency
-        for s, inf in zip(ins, infos):
+        stream = self.stream
+        ptrs = []
+        donor = None
+        for s, inf, isig in zip(ins, infos, in_sig):
             if inf[9] == -1 and not res.is_tracked(inf[0]):
                 g.watch(s)  # MLX-owned: the bridge tells us when its host buffer dies
-        ptrs = [res.device_ptr(inf[0], inf[1], inf[5], self.stream) + inf[2] for inf in infos]
-        out = outs[0]
-        nbytes = size * _itemsize(out_meta[1])
-        # Donate an input whose buffer nobody else holds (same byte size, plain layout).
-        donor = None
-        for s, inf, lay in zip(ins, infos, in_layouts):
-            if (inf[9] != -1 and inf[5] == nbytes and inf[2] == 0 and lay.row_contiguous
-                    and lay.data_size == size and g.donatable(s)):
-                donor = s
-                break
+            ptrs.append(res.device_ptr(inf[0], inf[1], inf[5], stream) + inf[2])
+            # donate an input buffer nobody else holds (ours, same bytes, plain layout)
+            if (donor is None and inf[9] != -1 and inf[5] == nbytes and inf[2] == 0 and isig[3]
+                    and isig[2] == size and g.donatable(s)):
+                donor = (s, inf[0], ptrs[-1])
         if donor is not None:
-            g.share(out, donor)
-            key = infos[ins.index(donor)][0]
-            out_ptr = ptrs[ins.index(donor)]
+            g.share(out, donor[0])
+            key, out_ptr = donor[1], donor[2]
         else:
             key, host, out_ptr = res.new_buffer(nbytes)
             g.attach(out, host, key)
         if size:
-            _launch(plan, self.modules, self.driver, tuple(ptrs) + (out_ptr,), self.stream)
+            ptrs.append(out_ptr)
+            _launch(plan, self.modules, self.driver, tuple(ptrs), stream)
         res.written(key)
         return True
+
+    def _plan(self, fam, prim, params, in_sig, out_meta):
+        """(launch or None, output elements, output bytes) for a node signature."""
+        shape, dtype = out_meta[0], out_meta[1]
+        size = 1
+        for d in shape:
+            size *= d
+        in_layouts = tuple(Layout(m[0], st, m[1], ds, row, contig) for m, st, ds, row, contig in in_sig)
+        out_layout = Layout(shape, _row_strides(shape), dtype, size, True, True)
+        # the bridge gives a one-value state() as the bare value; launchers take tuples
+        p = params if isinstance(params, tuple) else (() if params is None else (params,))
+        op = fam.module.op_for(prim, p)
+        plan = None if op is None else fam.module.plan(op, in_layouts, out_layout, self.props)
+        return plan, size, size * _ITEMSIZE[dtype]
 
     def _fallback(self, g, node, ins, outs):
         res = self.residency
@@ -235,13 +240,8 @@ class Evaluator:
                 res.host_written(inf[0])
 
 
-_MISSING = object()
-
 _ITEMSIZE = {
     "bool": 1, "uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "float16": 2, "bfloat16": 2,
     "uint32": 4, "int32": 4, "float32": 4, "uint64": 8, "int64": 8, "float64": 8, "complex64": 8,
 }
 
-
-def _itemsize(dtype: str) -> int:
-    return _ITEMSIZE[dtype]

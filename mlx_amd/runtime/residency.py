@@ -35,6 +35,8 @@ from .memory import DevicePool, HostPool
 HEADER = 8   # MLX's size header right before the data: key = data - 8
 
 MODES = ("unified", "discrete")
+SMALL_UPLOAD = 4096          # bytes: uploads up to this size are staged (see _staged)
+STAGE_BYTES = 1 << 20
 
 
 class _Rec:
@@ -82,6 +84,12 @@ class Residency:
         self._dirty: set[int] = set()      # keys whose device copy is newer somewhere
         self.uploads = self.upload_bytes = 0
         self.writebacks = self.writeback_bytes = 0
+        # Small uploads (Python scalars become 4-byte MLX arrays in every `x * 2.0`) go
+        # through a pinned staging arena: a CPU copy plus an asynchronous H2D copy, instead
+        # of a synchronous copy from pageable memory. Slots are reused only after the
+        # evaluator has synchronised the stream (``synchronized``).
+        self._stage = None
+        self._stage_off = 0
 
     # --- our outputs --------------------------------------------------------------
     def new_buffer(self, nbytes: int) -> tuple[int, int, int]:
@@ -145,13 +153,33 @@ class Residency:
         return rec.dev_ptr
 
     def _upload(self, rec: _Rec, stream) -> None:
-        if rec.nbytes:
-            self.driver.memcpy_htod(rec.dev_ptr, rec.host_ptr, rec.nbytes, stream)
+        n = rec.nbytes
+        if n:
+            src = rec.host_ptr
+            if n <= SMALL_UPLOAD and stream is not None and not self.unified:
+                src = self._staged(src, n, stream)
+            self.driver.memcpy_htod(rec.dev_ptr, src, n, stream)
         rec.dev_valid = True
         rec.lo = rec.hi = 0
         self._dirty.discard(rec.key)
         self.uploads += 1
         self.upload_bytes += rec.nbytes
+
+    def _staged(self, host_ptr: int, n: int, stream) -> int:
+        if self._stage is None:
+            self._stage = self.host_pool.alloc(STAGE_BYTES)
+        off = (self._stage_off + 255) & ~255
+        if off + n > STAGE_BYTES:   # full: wait for the copies still reading it
+            self.driver.stream_synchronize(stream)
+            off = 0
+        dst = self._stage.data + off
+        self.driver.host_copy(dst, host_ptr, n)
+        self._stage_off = off + n
+        return dst
+
+    def synchronized(self) -> None:
+        """The evaluator's stream is idle: the staging arena can be reused from the start."""
+        self._stage_off = 0
 
     def written(self, key: int, byte_range: Optional[tuple] = None) -> None:
         """A kernel wrote the device copy (all of it, or bytes [lo, hi))."""

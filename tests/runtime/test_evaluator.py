@@ -149,33 +149,41 @@ def test_weights_upload_once_and_escaped_writeback(gpu_runtime):
     m0 = mlx_amd.stats()["memory"]
     outs = []
     for i in range(5):
-        h = mx.exp(w) * float(i)     # intermediate: never written back
-        outs.append(mx.tanh(h) + w)  # escapes
+        # exp(w) * i is an intermediate nobody holds: never written back; the sum escapes
+        outs.append(mx.tanh(mx.exp(w) * float(i)) + w)
         mx.eval(outs[-1])
+    held = mx.exp(w) + 1.0          # an intermediate the caller still holds escapes too
+    last = mx.negative(held)
+    mx.eval(last)
     m1 = mlx_amd.stats()["memory"]
     # w once, plus each fresh scalar constant float(i) (an MLX-owned 4-byte leaf)
-    assert m1["uploads"] - m0["uploads"] == 1 + 5
-    assert m1["upload_bytes"] - m0["upload_bytes"] == 256 * 256 * 4 + 5 * 4
-    assert m1["writebacks"] - m0["writebacks"] == 5
-    assert m1["writeback_bytes"] - m0["writeback_bytes"] == 5 * 256 * 256 * 4
+    assert m1["uploads"] - m0["uploads"] == 1 + 6
+    assert m1["upload_bytes"] - m0["upload_bytes"] == 256 * 256 * 4 + 6 * 4
+    assert m1["writebacks"] - m0["writebacks"] == 5 + 2
+    assert m1["writeback_bytes"] - m0["writeback_bytes"] == 7 * 256 * 256 * 4
+    np.testing.assert_allclose(to_np(held), np.exp(rnd((256, 256), seed=8)) + 1, rtol=1e-6)
     ref = np.tanh(np.exp(rnd((256, 256), seed=8)) * 4) + rnd((256, 256), seed=8)
     np.testing.assert_allclose(to_np(outs[-1]), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_no_leaks_over_many_evaluations(runtime):
     x = mx.array(rnd((64,), seed=9))
-    mx.eval(x + 1)
-    gc.collect()
-    live0 = bridge.live()
-    active0 = runtime.residency.device_pool.get_active_memory()
+
+    def settled():
+        # let arrays of earlier tests die, then drain the deleters' queue (each eval does)
+        gc.collect()
+        mx.eval(x + 1)
+        gc.collect()
+        mx.eval(x + 1)
+        return bridge.live(), runtime.residency.device_pool.get_active_memory(), \
+            runtime.residency.stats()["our_buffers"]
+
+    before = settled()
     for i in range(10_000 if runtime.driver.platform == "host" else 2_000):
         y = mx.exp(x) * 0.5 + i
         mx.eval(y)
     del y
-    gc.collect()
-    mx.eval(x + 1)  # drains the deleters' queue
-    assert bridge.live() == live0
-    assert runtime.residency.device_pool.get_active_memory() == active0
+    assert settled() == before
 
 
 def test_out_of_memory_leaves_arrays_intact(runtime):

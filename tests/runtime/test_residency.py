@@ -318,3 +318,23 @@ def test_residency_sequence_on_gpu(gpu, mode):
     d.stream_destroy(s)
     r.device_pool.clear_cache()
     r.host_pool.clear_cache()
+
+
+def test_small_uploads_are_staged_through_pinned_memory(res, drv):
+    import mlx_amd.runtime.residency as rmod
+
+    s = drv.stream_create()
+    a, key, ptr = mlx_owned(12, seed=3)
+    b, key_b, ptr_b = mlx_owned(rmod.SMALL_UPLOAD + 4, seed=4)
+    d = res.device_ptr(key, ptr, 12, stream=s)
+    assert res._stage is not None and res._stage_off == 12   # staged, not copied from a
+    db = res.device_ptr(key_b, ptr_b, len(b), stream=s)
+    assert res._stage_off == 12                              # large: straight from the source
+    drv.stream_synchronize(s)
+    assert bytes(view(d, 12)) == a.tobytes() and bytes(view(db, len(b))) == b.tobytes()
+    # the arena is reused only after the evaluator says the stream is idle
+    c, key_c, ptr_c = mlx_owned(8, seed=5)
+    res.device_ptr(key_c, ptr_c, 8, stream=s)
+    assert res._stage_off == 256 + 8
+    res.synchronized()
+    assert res._stage_off == 0
