@@ -297,3 +297,24 @@ def test_driver_load_failure_names_family_and_target(kdir):
     drv.fail_load = None                             # a failed load is not cached
     assert m.function("unary", "unary_v_exp_float32_float32")[0] == "fn"
 
+
+
+@pytest.mark.gpu
+def test_real_device_loads_every_built_kernel():
+    """On the GPU machine: the installed kernels for this device's target load through the
+    real driver and every kernel the manifest (= the kernel table) lists resolves."""
+    from mlx_amd.runtime import kernel_table
+    from mlx_amd.runtime.driver import get_driver
+
+    drv = get_driver()
+    mods = Modules(drv, drv.properties(0))
+    target = mods.target()
+    n = 0
+    for family in mods.families():
+        names = mods.kernel_names(family)
+        assert names == kernel_table.kernel_names(family)
+        for name in names:
+            assert mods.function(family, name) is mods.function(family, name)  # cached handle
+            n += 1
+    assert n == sum(len(kernel_table.kernel_names(f)) for f in kernel_table.families())
+    assert target == drv.properties(0).arch or target.endswith("generic")

@@ -176,7 +176,7 @@ def test_no_leaks_over_many_evaluations(runtime):
         gc.collect()
         mx.eval(x + 1)
         return bridge.live(), runtime.residency.device_pool.get_active_memory(), \
-            runtime.residency.stats()["our_buffers"]
+            runtime.residency.stats()["our_buffers"], mx.get_active_memory()
 
     before = settled()
     for i in range(10_000 if runtime.driver.platform == "host" else 2_000):
