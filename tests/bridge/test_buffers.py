@@ -228,7 +228,9 @@ def test_exit_with_live_and_in_flight_buffers():
         "mx.async_eval(pending)\n"  # MLX still reading our buffers at exit
         "print('done')\n" % here)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    # cwd=here: `python -c` puts the cwd first on sys.path, and from the repository root the
+    # source tree (without the built _bridge) would shadow the installed package
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, cwd=here)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "done"
