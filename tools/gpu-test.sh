@@ -47,6 +47,9 @@ set +e
 rc=$?  # pipefail: pytest's status
 set -e
 
+step "example: unmodified mlx.nn training loop (mlx_amd enabled on import)"
+(cd /tmp && MLX_AMD_AUTO=1 $PY "$REPO/examples/train_mlp.py" 2>&1 | tee "$OUTDIR/train_mlp.txt") || rc=1
+
 if [[ -z ${MLX_AMD_SKIP_BENCH:-} ]]; then
   for b in benchmarks/*.py; do
     step "benchmark $b"
