@@ -312,7 +312,7 @@ def test_real_device_loads_every_built_kernel():
     n = 0
     for family in mods.families():
         names = mods.kernel_names(family)
-        assert names == kernel_table.kernel_names(family)
+        assert sorted(names) == sorted(kernel_table.kernel_names(family))
         for name in names:
             assert mods.function(family, name) is mods.function(family, name)  # cached handle
             n += 1

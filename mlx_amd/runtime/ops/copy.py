@@ -23,6 +23,8 @@ FAMILY = "copy"
 
 PRIMITIVES = {
     "AsType": "astype", "Copy": "copy", "Contiguous": "copy",
+    # mx.full / zeros / ones: the input is the value already cast and broadcast to shape
+    "Full": "copy",
     # reached only when the bridge could not make them views: a row-major gather
     "Reshape": "reshape", "Flatten": "reshape", "Unflatten": "reshape",
 }
