@@ -118,10 +118,10 @@ def main():
 
         torch_ref["add f32 (vv)"] = ttime(lambda: torch.add(a, b))
         torch_ref["exp f32 (v)"] = ttime(lambda: torch.exp(a))
-        ab = a.to(dt["bfloat16"])
-        torch_ref["add bf16 (vv)"] = ttime(lambda: torch.add(ab, ab))
+        ab, bb = a.to(dt["bfloat16"]), b.to(dt["bfloat16"])
+        torch_ref["add bf16 (vv)"] = ttime(lambda: torch.add(ab, bb))
         torch_ref["cast f32->bf16 (v)"] = ttime(lambda: a.to(dt["bfloat16"]))
-        del a, b, ab
+        del a, b, ab, bb
         torch.cuda.empty_cache()
     except Exception as e:  # no torch / no CUDA torch: roofline only
         print(f"PyTorch reference unavailable: {e}")
