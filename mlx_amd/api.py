@@ -9,8 +9,11 @@ import mlx.core as mx
 _state = {"enabled": False, "saved": {}, "depth": 0}
 
 # array methods that make MLX evaluate and then read host memory
+# (__buffer__ exists as a Python-settable slot from Python 3.12 on: numpy's np.array(a) uses
+# the buffer protocol before __array__. On 3.11 that path makes MLX evaluate on its CPU.)
 _READ_METHODS = ("item", "tolist", "__array__", "__repr__", "__str__", "__format__",
-                 "__bool__", "__int__", "__float__", "__index__", "__complex__")
+                 "__bool__", "__int__", "__float__", "__index__", "__complex__", "__buffer__",
+                 "__dlpack__")
 
 
 def _flatten(tree, out):
