@@ -11,7 +11,6 @@ are plain ``int``s, handles are opaque objects owned by the driver.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 from typing import Optional, Sequence
 
@@ -121,9 +120,8 @@ class Driver:
     def memcpy_dtoh(self, dst: int, src: int, nbytes: int, stream=None) -> None: raise NotImplementedError
     def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream=None) -> None: raise NotImplementedError
 
-    def host_copy(self, dst: int, src: int, nbytes: int) -> None:
-        """Plain CPU copy between host addresses (no driver call: staging small uploads)."""
-        ctypes.memmove(dst, src, nbytes)
+    # plain CPU copy between host addresses, no driver call (staging small uploads)
+    def host_copy(self, dst: int, src: int, nbytes: int) -> None: raise NotImplementedError
 
     # --- modules and launches ------------------------------------------------
     def module_load_data(self, image: bytes) -> object: raise NotImplementedError

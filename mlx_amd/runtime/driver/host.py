@@ -264,6 +264,9 @@ class HostDriver(Driver):
     def memcpy(self, dst: int, src: int, nbytes: int) -> None:
         self._copy("memcpy", dst, src, nbytes)
 
+    def host_copy(self, dst: int, src: int, nbytes: int) -> None:
+        self._copy("host_copy", dst, src, nbytes)
+
     def memcpy_async(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         self._copy("memcpy_async", dst, src, nbytes, stream)
 

@@ -489,6 +489,9 @@ class TableDriver(Driver):
     def memcpy_dtoh(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         self._copy("memcpy_dtoh", dst, src, nbytes, stream)
 
+    def host_copy(self, dst: int, src: int, nbytes: int) -> None:
+        ctypes.memmove(dst, src, nbytes)
+
     def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         self._copy("memcpy_dtod", dst, src, nbytes, stream)
         if stream is None:     # device-to-device copies do not wait for completion themselves
