@@ -25,9 +25,9 @@ N = 1 << 28
 REPS = 20
 
 
-def timed(drv, fn, reps=REPS):
+def timed(drv, fn, reps=REPS, warmup=3):
     e0, e1 = drv.event_create(), drv.event_create()
-    for _ in range(3):
+    for _ in range(warmup):
         fn()
     ts = []
     for _ in range(reps):
@@ -83,6 +83,8 @@ def moved_bytes(ins, out_dtype):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--reps", type=int, default=REPS)
+    ap.add_argument("--warmup", type=int, default=3, help="0 and --reps 1 under a profiler")
     args = ap.parse_args()
     drv = get_driver()
     props = drv.properties(drv.current_device())
@@ -138,7 +140,7 @@ def main():
             print(f"{name:30s} no plan")
             continue
         ptrs = tuple(bufs[i] for i in range(len(ins))) + (bufs[2],)
-        ms = timed(drv, lambda: run(plan, mods, drv, ptrs))
+        ms = timed(drv, lambda: run(plan, mods, drv, ptrs), args.reps, args.warmup)
         gbs = moved_bytes(ins, out_dt) / (ms * 1e-3) / 1e9
         t = torch_ref.get(name)
         tg = moved_bytes(ins, out_dt) / (t * 1e-3) / 1e9 if t else None
