@@ -92,31 +92,90 @@ MLXA_DEVICE void strided_for_each(IdxT n, int ndim, const int32_t* shape,
 #pragma unroll
   for (int k = 0; k < NS; ++k) step[k] = ndim > 0 ? bd * (IdxT)strides[k][0] : 0;
   for (IdxT base = (IdxT)blockIdx.x * tile; base < n; base += (IdxT)gridDim.x * tile) {
-    IdxT i = base + (IdxT)threadIdx.x;
-    if (i >= n) continue;
+    IdxT i = base + (IdxT)threadIdx.x, c0 = inner;
     IdxT off[NS];
-    IdxT c0 = locate<IdxT, NS>(i, ndim, shape, strides, off);
-#pragma unroll
-    for (int it = 0; it < kStridedItems; ++it) {
-      f(i, off);
-      i += bd;
-      if (it + 1 == kStridedItems || i >= n) break;
-      c0 += bd;
-      if (c0 < inner) {
+    // one inlined decomposition site per traversal keeps code size (and the AMD
+    // compile time of ~900 instantiations) down
+    for (int it = 0; it < kStridedItems && i < n; ++it, i += bd, c0 += bd) {
+      if (c0 >= inner) {
+        c0 = locate<IdxT, NS>(i, ndim, shape, strides, off);
+      } else {
 #pragma unroll
         for (int k = 0; k < NS; ++k) off[k] += step[k];
-      } else {
-        c0 = locate<IdxT, NS>(i, ndim, shape, strides, off);
       }
+      f(i, off);
     }
   }
 }
 
+// Vector path of the strided kernels: when the innermost dimension splits into groups
+// of V and every operand either walks it contiguously (stride 1, with V-aligned outer
+// strides and base) or broadcasts along it (stride 0), the same traversal runs over
+// groups with V-wide loads and stores. Decided once per launch from the arguments.
+template <int V, int NS>
+MLXA_DEVICE bool vector_groups(int ndim, const int32_t* shape, const int64_t* const (&strides)[NS],
+                               const uintptr_t (&bases)[NS], const uintptr_t (&align)[NS],
+                               uintptr_t out, uintptr_t out_align) {
+  if (V == 1 || ndim == 0 || shape[0] % V != 0 || (out & (out_align - 1)) != 0) return false;
+#pragma unroll
+  for (int k = 0; k < NS; ++k) {
+    const int64_t s0 = strides[k][0];
+    if (s0 == 0) continue;
+    if (s0 != 1 || (bases[k] & (align[k] - 1)) != 0) return false;
+#pragma unroll
+    for (int d = 1; d < MLXA_MAX_DIMS; ++d)
+      if (d < ndim && strides[k][d] % V != 0) return false;
+  }
+  return true;
+}
+
+// The group view of a layout: innermost extent / V, innermost strides * V.
+template <int V, int NS>
+struct Grouped {
+  int32_t shape[MLXA_MAX_DIMS];
+  int64_t st[NS][MLXA_MAX_DIMS];
+  MLXA_DEVICE Grouped(const int32_t* sh, const int64_t* const (&strides)[NS]) {
+#pragma unroll
+    for (int d = 0; d < MLXA_MAX_DIMS; ++d) {
+      shape[d] = d == 0 ? sh[0] / V : sh[d];
+#pragma unroll
+      for (int k = 0; k < NS; ++k) st[k][d] = d == 0 ? strides[k][0] * V : strides[k][d];
+    }
+  }
+};
+
+// V elements starting at p: one vector load when the operand walks the group, else one
+// element repeated (broadcast along the innermost dimension).
+template <typename T, int V>
+MLXA_DEVICE Vec<T, V> load_group(const T* p, bool unit) {
+  if (unit) return *(const Vec<T, V>*)p;
+  Vec<T, V> r;
+  const T x = *p;
+#pragma unroll
+  for (int k = 0; k < V; ++k) r.v[k] = x;
+  return r;
+}
+
 template <typename Op, typename In, typename Out, typename IdxT>
 MLXA_DEVICE void unary_g(const UnaryGArgs& a) {
+  constexpr int V = vec_width<In, Out>;
   const In* in = (const In*)a.in;
   Out* out = (Out*)a.out;
   const int64_t* const strides[1] = {a.strides};
+  const uintptr_t bases[1] = {(uintptr_t)in}, align[1] = {sizeof(In) * V};
+  if (vector_groups<V, 1>(a.ndim, a.shape, strides, bases, align, (uintptr_t)out, sizeof(Out) * V)) {
+    const Grouped<V, 1> g(a.shape, strides);
+    const int64_t* const gst[1] = {g.st[0]};
+    const bool unit = a.strides[0] == 1;
+    strided_for_each<IdxT, 1>((IdxT)a.n / V, a.ndim, g.shape, gst, [&](IdxT gi, const IdxT (&off)[1]) {
+      const Vec<In, V> x = load_group<In, V>(in + off[0], unit);
+      Vec<Out, V> y;
+#pragma unroll
+      for (int k = 0; k < V; ++k) y.v[k] = apply<Op, Out>(x.v[k]);
+      ((Vec<Out, V>*)out)[gi] = y;
+    });
+    return;
+  }
   strided_for_each<IdxT, 1>((IdxT)a.n, a.ndim, a.shape, strides,
                             [&](IdxT i, const IdxT (&off)[1]) { out[i] = apply<Op, Out>(in[off[0]]); });
 }
@@ -158,10 +217,26 @@ MLXA_DEVICE void binary_v(const BinaryVArgs& p) {
 
 template <typename Op, typename In, typename Out, typename IdxT>
 MLXA_DEVICE void binary_g(const BinaryGArgs& p) {
+  constexpr int V = vec_width<In, Out>;
   const In* a = (const In*)p.a;
   const In* b = (const In*)p.b;
   Out* out = (Out*)p.out;
   const int64_t* const strides[2] = {p.a_strides, p.b_strides};
+  const uintptr_t bases[2] = {(uintptr_t)a, (uintptr_t)b}, align[2] = {sizeof(In) * V, sizeof(In) * V};
+  if (vector_groups<V, 2>(p.ndim, p.shape, strides, bases, align, (uintptr_t)out, sizeof(Out) * V)) {
+    const Grouped<V, 2> g(p.shape, strides);
+    const int64_t* const gst[2] = {g.st[0], g.st[1]};
+    const bool au = p.a_strides[0] == 1, bu = p.b_strides[0] == 1;
+    strided_for_each<IdxT, 2>((IdxT)p.n / V, p.ndim, g.shape, gst, [&](IdxT gi, const IdxT (&off)[2]) {
+      const Vec<In, V> x = load_group<In, V>(a + off[0], au);
+      const Vec<In, V> y = load_group<In, V>(b + off[1], bu);
+      Vec<Out, V> z;
+#pragma unroll
+      for (int k = 0; k < V; ++k) z.v[k] = cast<Out>(Op{}(widen(x.v[k]), widen(y.v[k])));
+      ((Vec<Out, V>*)out)[gi] = z;
+    });
+    return;
+  }
   strided_for_each<IdxT, 2>((IdxT)p.n, p.ndim, p.shape, strides, [&](IdxT i, const IdxT (&off)[2]) {
     out[i] = cast<Out>(Op{}(widen(a[off[0]]), widen(b[off[1]])));
   });
