@@ -325,3 +325,55 @@ def test_more_than_2_31_elements(gpu):
     ref = x.astype(mx.bool_)
     np.testing.assert_array_equal(np.array(ours[1, -4096:]), np.array(ref[1, -4096:]))
     assert mx.array_equal(ours, ref).item()
+
+
+# ---------------------------------------------------------------- strided vector path
+# Output (12, 64): the innermost extent splits into 16-byte groups for every dtype, so
+# the strided kernels take their vector path whenever each operand walks (stride 1,
+# outer strides multiples of the group) or broadcasts (stride 0) along it; the last two
+# views must fall back to the scalar path (outer stride 65, base off by one element).
+VR, VC = 12, 64
+VEC_VIEWS = {
+    "padded_rows": ((VR, VC), VR * 72, (72, 1), 0),
+    "row_bcast": ((VR, VC), VC, (0, 1), 0),
+    "col_bcast": ((VR, VC), VR, (1, 0), 0),
+    "odd_rows": ((VR, VC), VR * 65, (65, 1), 0),
+    "misaligned": ((VR, VC), VR * VC + 1, (VC, 1), 1),
+}
+
+
+def vec_operand(gpu, base, view):
+    shape, _, strides, offset = VEC_VIEWS[view]
+    ref = mx.as_strided(base, shape, strides, offset)
+    lay = Layout.strided(shape, strides, str(base.dtype).split(".")[-1])
+    return ref, lay, upload(gpu, base) + offset * ITEMSIZE[lay.dtype]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "int32"])
+@pytest.mark.parametrize("op", ["add", "multiply"])
+def test_binary_strided_vector_path(gpu, op, dtype):
+    views = list(VEC_VIEWS)
+    for i, va in enumerate(views):
+        vb = views[(i + 1) % len(views)]
+        a = values(dtype, VEC_VIEWS[va][1], seed=i, specials=False)
+        b = values(dtype, VEC_VIEWS[vb][1], seed=i + 50, specials=False)
+        ra, la, pa = vec_operand(gpu, a, va)
+        rb, lb, pb = vec_operand(gpu, b, vb)
+        plan = binary.plan(op, (la, lb), Layout.row_major((VR, VC), dtype), gpu.props)
+        assert plan.kernel.startswith("binary_g_"), plan.kernel
+        ours = launch(gpu, plan, (pa, pb), dtype, (VR, VC))
+        ref = getattr(mx, op)(ra, rb)
+        mx.eval(ref)
+        assert_same(ours, ref, f"{op} {dtype} {va} x {vb}")
+
+
+@pytest.mark.parametrize("src,dst", [("float32", "bfloat16"), ("bfloat16", "float32"), ("int32", "float16")])
+def test_copy_strided_vector_path(gpu, src, dst):
+    for i, view in enumerate(VEC_VIEWS):
+        base = values(src, VEC_VIEWS[view][1], seed=i, specials=False)
+        ref_in, lay, ptr = vec_operand(gpu, base, view)
+        plan = copy.plan("astype", (lay,), Layout.row_major((VR, VC), dst), gpu.props)
+        ours = launch(gpu, plan, (ptr,), dst, (VR, VC))
+        ref = ref_in.astype(MX[dst])
+        mx.eval(ref)
+        assert_same(ours, ref, f"{src}->{dst} {view} ({plan.kernel})")
