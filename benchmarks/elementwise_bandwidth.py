@@ -60,7 +60,7 @@ CASES = [
     ("exp bf16 (v)", unary, "exp", [((N,), "bfloat16")], "bfloat16"),
     ("sigmoid f16 (v)", unary, "sigmoid", [((N,), "float16")], "float16"),
     ("cast f32->bf16 (v)", copy, "float32->bfloat16", [((N,), "float32")], "bfloat16"),
-    ("transpose copy f32 (g)", copy, "float32->float32",
+    ("transpose copy f32 (t)", copy, "float32->float32",
      [((16384, N // 16384), "float32", (1, 16384))], "float32"),
 ]
 

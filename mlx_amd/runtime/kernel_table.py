@@ -104,6 +104,8 @@ def _entries(family: str):
         for src in COPY_DTYPES:
             for dst in COPY_DTYPES:
                 yield from _unary_like(family, None, "mlxa::op::Identity", src, dst)
+                name = kernel_name(family, "t", None, src, dst)
+                yield name, f"MLXA_COPY_T({name}, {CTYPES[src]}, {CTYPES[dst]})"
     elif family == "binary":
         for op, (fn, dtypes, out) in BINARY.items():
             for dt in dtypes:

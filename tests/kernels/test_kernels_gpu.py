@@ -377,3 +377,24 @@ def test_copy_strided_vector_path(gpu, src, dst):
         ref = ref_in.astype(MX[dst])
         mx.eval(ref)
         assert_same(ours, ref, f"{src}->{dst} {view} ({plan.kernel})")
+
+
+# ---------------------------------------------------------------- tiled transpose
+@pytest.mark.parametrize("src,dst", [("float32", "float32"), ("float32", "bfloat16"),
+                                     ("bfloat16", "float16"), ("uint8", "int64"), ("bool", "bool")])
+@pytest.mark.parametrize("batch,rows,cols", [(1, 67, 45), (3, 32, 96), (2, 17, 130)])
+def test_copy_transpose_tiles(gpu, src, dst, batch, rows, cols):
+    """(batch, rows, cols) read from a row-major (batch, cols, rows) array: partial tiles
+    at both edges, several batches, conversions; plus a reversed-column variant."""
+    base = values(src, batch * rows * cols, seed=rows, specials=False)
+    for name, strides, offset in (("transpose", (rows * cols, 1, rows), 0),
+                                  ("reversed cols", (rows * cols, 1, -rows), (cols - 1) * rows)):
+        ref_in = mx.as_strided(base, (batch, rows, cols), strides, offset)
+        lay = Layout.strided((batch, rows, cols), strides, src)
+        ptr = upload(gpu, base) + offset * ITEMSIZE[src]
+        plan = copy.plan("astype", (lay,), Layout.row_major((batch, rows, cols), dst), gpu.props)
+        assert plan.kernel == f"copy_t_{src}_{dst}", plan.kernel
+        ours = launch(gpu, plan, (ptr,), dst, (batch, rows, cols))
+        ref = ref_in.astype(MX[dst])
+        mx.eval(ref)
+        assert_same(ours, ref, f"{name} {src}->{dst} {batch}x{rows}x{cols}")

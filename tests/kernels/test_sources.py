@@ -18,7 +18,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SRC = os.path.join(REPO, "hip_kernels")
 INCLUDE = os.path.join(SRC, "include")
 GENERATED = [f for f in kt.families() if kt.instantiation_source(f)]
-NAME = re.compile(r"^(unary|binary|copy)_(v|g|ss|sv|vs|vv)(_[a-z0-9]+)*_i?(bool|uint8|uint32|int32|int64|float16|bfloat16|float32)"
+NAME = re.compile(r"^(unary|binary|copy)_(v|g|t|ss|sv|vs|vv)(_[a-z0-9]+)*_i?(bool|uint8|uint32|int32|int64|float16|bfloat16|float32)"
                   r"_(bool|uint8|uint32|int32|int64|float16|bfloat16|float32)(_i64)?$")
 
 
@@ -49,8 +49,8 @@ def test_table_dtypes_and_ops():
         assert set(dts) <= set(kt.CTYPES), op
     for op, (_, dts, out) in kt.BINARY.items():
         assert set(dts) <= set(kt.CTYPES) and (out is None or out in kt.CTYPES), op
-    # every copy pair, every layout, both index widths for the strided one
-    assert len(kt.kernel_names("copy")) == len(kt.COPY_DTYPES) ** 2 * 3
+    # every copy pair: contiguous, strided (both index widths) and tiled transpose
+    assert len(kt.kernel_names("copy")) == len(kt.COPY_DTYPES) ** 2 * 4
 
 
 @pytest.mark.parametrize("family", kt.families())

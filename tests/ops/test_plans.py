@@ -294,6 +294,8 @@ int main() {
   Z(BinaryVArgs) F(BinaryVArgs, a) F(BinaryVArgs, b) F(BinaryVArgs, out) F(BinaryVArgs, n)
   Z(BinaryGArgs) F(BinaryGArgs, a) F(BinaryGArgs, b) F(BinaryGArgs, out) F(BinaryGArgs, n)
   F(BinaryGArgs, a_strides) F(BinaryGArgs, b_strides) F(BinaryGArgs, shape) F(BinaryGArgs, ndim)
+  Z(CopyTArgs) F(CopyTArgs, in) F(CopyTArgs, out) F(CopyTArgs, rows) F(CopyTArgs, cols)
+  F(CopyTArgs, batch) F(CopyTArgs, in_row_stride) F(CopyTArgs, in_col_stride) F(CopyTArgs, in_batch_stride)
   std::printf("MLXA_MAX_DIMS value %d\n", MLXA_MAX_DIMS);
 }
 """
@@ -358,3 +360,25 @@ def test_binary_blobs_match_c(c_layout):
     assert _field(g, c, "BinaryGArgs", "shape", "2i") == (6, 4)
     assert _field(g, c, "BinaryGArgs", "a_strides", "2q") == (4, 1)
     assert _field(g, c, "BinaryGArgs", "b_strides", "2q") == (0, 1)
+
+
+def test_transposes_take_the_tiled_copy(c_layout):
+    c = c_layout
+    # (40, 24) read from a (24, 40) row-major array: contiguous along the output's rows
+    t = transposed((24, 40), "float32", (1, 0))
+    p = copy.plan("astype", (t,), R((40, 24), "bfloat16"), DEV)
+    assert p.kernel == "copy_t_float32_bfloat16"
+    blob = p.args((11, 22))
+    assert len(blob) == c[("CopyTArgs", "sizeof")]
+    got = [_field(blob, c, "CopyTArgs", f, "q")[0] for f in
+           ("rows", "cols", "batch", "in_row_stride", "in_col_stride", "in_batch_stride")]
+    assert got == [40, 24, 1, 1, 40, 0]
+    # batched: (3, 40, 24) from (3, 24, 40)
+    b = Layout.strided((3, 40, 24), (960, 1, 40), "int32")
+    p = copy.plan("copy", (b,), R((3, 40, 24), "int32"), DEV)
+    assert p.kernel == "copy_t_int32_int32"
+    assert _field(p.args((1, 2)), c, "CopyTArgs", "batch", "q") == (3,)
+    # small edges and reshapes keep the strided kernel
+    assert copy.plan("copy", (transposed((8, 40), "int32", (1, 0)),), R((40, 8), "int32"),
+                     DEV).kernel.startswith("copy_g_")
+    assert copy.plan("Reshape", (t,), R((960,), "float32"), DEV).kernel.startswith("copy_g_")

@@ -56,4 +56,17 @@ struct BinaryGArgs {
   int32_t pad_;
 };
 
+// copy of a (batched) transpose: out[b][r][c] = in[b*in_batch_stride + r*in_row_stride +
+// c*in_col_stride] with in_row_stride == 1 (the input walks along the output's columns)
+struct CopyTArgs {
+  const void* in;
+  void* out;
+  int64_t rows;
+  int64_t cols;
+  int64_t batch;
+  int64_t in_row_stride;
+  int64_t in_col_stride;
+  int64_t in_batch_stride;
+};
+
 }  // extern "C"

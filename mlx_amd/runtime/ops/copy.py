@@ -30,6 +30,10 @@ PRIMITIVES = {
 }
 
 
+# Below this edge a transpose tile would be mostly idle threads: the strided kernel serves.
+TRANSPOSE_MIN = 16
+
+
 def op_for(primitive: str, params=()) -> str | None:
     return PRIMITIVES.get(primitive)
 
@@ -58,5 +62,12 @@ def plan(op: str, ins: tuple, out: Layout, device, params=()):
     shape, (st,) = ew.collapse_dims(x.shape, x.strides)
     if len(shape) > ew.MAX_DIMS:
         return None
+    if op != "reshape" and len(shape) in (2, 3):
+        # a (batched) transpose: contiguous along the output's rows, not its columns
+        (rows, cols), (rs, cs) = shape[-2:], st[-2:]
+        if rs == 1 and cs not in (0, 1) and min(rows, cols) >= TRANSPOSE_MIN:
+            batch, bs = (shape[0], st[0]) if len(shape) == 3 else (1, 0)
+            name = kt.kernel_name(FAMILY, "t", None, x.dtype, out.dtype)
+            return ew.transpose_launch(FAMILY, name, rows, cols, batch, (rs, cs, bs), device)
     name = kt.kernel_name(FAMILY, "g", None, x.dtype, out.dtype, ew.needs_i64(n, shape, st))
     return ew.strided_launch(FAMILY, name, n, 2, shape, (st,), device)

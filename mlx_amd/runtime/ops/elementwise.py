@@ -141,7 +141,9 @@ ARG_STRUCTS = {
     "UnaryGArgs": (2, 2 * 8 + 8 + MAX_DIMS * 8 + MAX_DIMS * 4 + 8),
     "BinaryVArgs": (3, 3 * 8 + 8),
     "BinaryGArgs": (3, 3 * 8 + 8 + 2 * MAX_DIMS * 8 + MAX_DIMS * 4 + 8),
+    "CopyTArgs": (2, 2 * 8 + 6 * 8),
 }
+_T = struct.Struct("<6q")   # rows, cols, batch, in_row_stride, in_col_stride, in_batch_stride
 
 
 def _pad(v, fill=0):
@@ -163,6 +165,14 @@ def g_tail(n: int, shape, *strides) -> bytes:
 def contiguous_launch(family, kernel, n, ptrs, in_dtype, out_dtype, device) -> Launch:
     grid, block = grid_for(-(-n // vec_width(in_dtype, out_dtype)), device)
     return Launch(family, kernel, grid, block, 0, ptrs, v_tail(n))
+
+
+def transpose_launch(family, kernel, rows, cols, batch, strides, device) -> Launch:
+    """One 32x32 tile per block iteration (copy_t in copy.hip); ``strides`` are the input's
+    (row, col, batch) strides in elements."""
+    tiles = -(-rows // 32) * -(-cols // 32) * batch
+    grid, block = grid_for(tiles * BLOCK, device)
+    return Launch(family, kernel, grid, block, 0, 2, _T.pack(rows, cols, batch, *strides))
 
 
 def strided_launch(family, kernel, n, ptrs, shape, strides, device) -> Launch:
