@@ -634,6 +634,19 @@ def _names(names, limit: int = 6) -> str:
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more
 
+def _checked_bytes(proj: Project, where: str, rel: str, sha: str, problems: list):
+    """The bytes of a built file, or None (with the problem recorded) when it is missing;
+    a sha256 that differs from the manifest's is recorded too."""
+    path = proj.out_dir / rel
+    if not path.is_file():
+        problems.append(f"{where}: file {rel} is missing")
+        return None
+    data = path.read_bytes()
+    if sha256_bytes(data) != sha:
+        problems.append(f"{where}: {rel} does not match its manifest sha256")
+    return data
+
+
 def check(proj: Project, targets=None) -> list:
     """Problems with the built kernels (all, or those of ``targets``), one line each naming
     target, family and what is wrong."""
@@ -658,13 +671,9 @@ def check(proj: Project, targets=None) -> list:
                 problems.append(f"{where}: manifest kernel list differs from kernel_table.kernel_names"
                                 f"({fam!r}) (stale build?): missing [{_names(lacking)}], extra [{_names(extra)}]")
             want = set(expected if expected is not None else listed)
-            path = proj.out_dir / e["file"]
-            if not path.is_file():
-                problems.append(f"{where}: file {e['file']} is missing")
+            data = _checked_bytes(proj, where, e["file"], e.get("sha256"), problems)
+            if data is None:
                 continue
-            data = path.read_bytes()
-            if sha256_bytes(data) != e.get("sha256"):
-                problems.append(f"{where}: {e['file']} does not match its manifest sha256")
             try:
                 obj = elf.read(data)
                 have = elf.kernel_names(obj)
@@ -683,13 +692,9 @@ def check(proj: Project, targets=None) -> list:
             elif obj.machine != elf.EM_CUDA:
                 problems.append(f"{where}: {e['file']} is not a CUDA cubin")
             if "ptx" in e:
-                pp = proj.out_dir / e["ptx"]
-                if not pp.is_file():
-                    problems.append(f"{where}: file {e['ptx']} is missing")
+                ptx = _checked_bytes(proj, where, e["ptx"], e.get("ptx_sha256"), problems)
+                if ptx is None:
                     continue
-                ptx = pp.read_bytes()
-                if sha256_bytes(ptx) != e.get("ptx_sha256"):
-                    problems.append(f"{where}: {e['ptx']} does not match its manifest sha256")
                 lacking = sorted(want - elf.ptx_entries(ptx))
                 if lacking:
                     problems.append(f"{where}: missing kernels in {e['ptx']}: {_names(lacking)}")
