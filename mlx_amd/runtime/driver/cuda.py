@@ -58,6 +58,9 @@ class CudaDriver(TableDriver):
     vendor = "cuda"
     error_class = CudaError
     launch_param_end = LAUNCH_PARAM_END
+    error_no_device = ERROR_NO_DEVICE
+    attributes = ATTRIBUTES
+    format_version = staticmethod(format_version)
 
     def __init__(self, env: Mapping[str, str] = os.environ, opener: Callable = ctypes.CDLL):
         # libcuda belongs to the kernel driver's install: only the loader's search applies
@@ -96,29 +99,6 @@ class CudaDriver(TableDriver):
     # --- versions and devices ---------------------------------------------------------
     def runtime_version(self) -> str:
         return f"{self.driver_version()} (driver API version: no CUDA runtime library is used)"
-
-    def driver_version(self) -> str:
-        v = ctypes.c_int()
-        self.check(self.lib.driver_get_version(ctypes.byref(v)), "driver_get_version", "&version")
-        return format_version(v.value)
-
-    def device_count(self) -> int:
-        if self._count is None:
-            if self._init_status == ERROR_NO_DEVICE:
-                self._count = 0
-            else:
-                self.check(self._init_status, "init", 0)
-                n = ctypes.c_int()
-                self.check(self.lib.device_get_count(ctypes.byref(n)), "device_get_count", "&count")
-                self._count = n.value
-        return self._count
-
-    def _attribute(self, field: str, dev: int) -> int:
-        v = ctypes.c_int()
-        attr = ATTRIBUTES[field]
-        self.check(self.lib.device_get_attribute(ctypes.byref(v), attr[1], dev),
-                   "device_get_attribute", "&value", attr[0], dev)
-        return v.value
 
     def properties(self, device: int = 0) -> DeviceProperties:
         device = self._check_device(device)

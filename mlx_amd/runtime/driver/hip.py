@@ -104,6 +104,9 @@ class HipDriver(TableDriver):
     vendor = "hip"
     error_class = HipError
     launch_param_end = LAUNCH_PARAM_END
+    error_no_device = ERROR_NO_DEVICE
+    attributes = ATTRIBUTES
+    format_version = staticmethod(format_version)
 
     def __init__(self, env: Mapping[str, str] = os.environ, opener: Callable = ctypes.CDLL):
         cdll, path, tried = open_library(search_dirs(env), LIBRARY_NAMES, opener)
@@ -131,11 +134,6 @@ class HipDriver(TableDriver):
         self.check(self.lib.runtime_get_version(ctypes.byref(v)), "runtime_get_version", "&version")
         return format_version(v.value)
 
-    def driver_version(self) -> str:
-        v = ctypes.c_int()
-        self.check(self.lib.driver_get_version(ctypes.byref(v)), "driver_get_version", "&version")
-        return format_version(v.value)
-
     def rocm_version(self) -> Optional[str]:
         """The ROCm release, when the library sits in a ROCm tree that records it."""
         try:
@@ -144,28 +142,6 @@ class HipDriver(TableDriver):
                 return f.read().strip() or None
         except OSError:
             return None
-
-    def device_count(self) -> int:
-        if self._count is None:
-            if self._init_status == ERROR_NO_DEVICE:
-                self._count = 0
-            else:
-                self.check(self._init_status, "init", 0)
-                n = ctypes.c_int()
-                status = self.lib.device_get_count(ctypes.byref(n))
-                if status == ERROR_NO_DEVICE:
-                    n.value = 0
-                else:
-                    self.check(status, "device_get_count", "&count")
-                self._count = n.value
-        return self._count
-
-    def _attribute(self, field: str, device: int) -> int:
-        v = ctypes.c_int()
-        attr = ATTRIBUTES[field]
-        self.check(self.lib.device_get_attribute(ctypes.byref(v), attr[1], device),
-                   "device_get_attribute", "&value", attr[0], device)
-        return v.value
 
     def _props_buffer(self, device: int) -> tuple[bytes, int]:
         """hipDeviceProp_t bytes and the offset of gcnArchName, through the newest entry point."""

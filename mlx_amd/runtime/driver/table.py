@@ -335,6 +335,12 @@ class TableDriver(Driver):
     error_class: type = DriverError
     vendor = "abstract"
     launch_param_end = 0
+    error_no_device = -1       # the vendor's "no device" status
+    attributes: dict = {}      # property field -> (vendor enum name, value)
+
+    @staticmethod
+    def format_version(v: int) -> str:
+        raise NotImplementedError
 
     def __init__(self, lib: Library, tried: Sequence[str] = ()):
         self.lib = lib
@@ -350,6 +356,34 @@ class TableDriver(Driver):
         if entry is None:
             return logical
         return self.lib.resolved.get(logical) or (symbols(entry, self.vendor) or (logical,))[0]
+
+    def driver_version(self) -> str:
+        v = ctypes.c_int()
+        self.check(self.lib.driver_get_version(ctypes.byref(v)), "driver_get_version", "&version")
+        return self.format_version(v.value)
+
+    def device_count(self) -> int:
+        """0 when the runtime says there is no device; other init failures raise."""
+        if self._count is None:
+            if self._init_status == self.error_no_device:
+                self._count = 0
+            else:
+                self.check(self._init_status, "init", 0)
+                n = ctypes.c_int()
+                status = self.lib.device_get_count(ctypes.byref(n))
+                if status == self.error_no_device:
+                    n.value = 0
+                else:
+                    self.check(status, "device_get_count", "&count")
+                self._count = n.value
+        return self._count
+
+    def _attribute(self, field: str, device: int) -> int:
+        v = ctypes.c_int()
+        attr = self.attributes[field]
+        self.check(self.lib.device_get_attribute(ctypes.byref(v), attr[1], device),
+                   "device_get_attribute", "&value", attr[0], device)
+        return v.value
 
     def _bind(self) -> None:
         if self._tls.device != self._device:
