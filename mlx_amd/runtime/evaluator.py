@@ -21,11 +21,13 @@ import weakref
 from typing import Callable, Optional
 
 from . import bridge as _bridge
+from . import plan as _plan
+from .launch import Launch as _Launch
 from .launch import run as _launch
-from .ops import binary as _binary
-from .ops import copy as _copy
-from .ops import unary as _unary
-from .ops.elementwise import Layout
+from .ops import dispatch_table
+from .plan import ITEMSIZE as _ITEMSIZE
+from .plan import Layout
+from .plan import Memset as _Memset
 
 # MLX's view primitives: the bridge makes them zero-copy when MLX would.
 # (Copy is a view too: MLX's CPU Copy shares its input's buffer; Contiguous only when
@@ -37,26 +39,17 @@ VIEW_PRIMITIVES = frozenset({
 })
 
 
-def _row_strides(shape):
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= d
-    return tuple(reversed(strides))
+# primitive class name -> family launcher module, built once from the launchers' own tables
+DISPATCH = dispatch_table()
 
 
-class _Family:
-    """A launcher module plus its primitive table: the support table for one family."""
-
-    __slots__ = ("name", "module", "primitives")
-
-    def __init__(self, name, module):
-        self.name, self.module, self.primitives = name, module, module.PRIMITIVES
-
-
-FAMILIES = [_Family("unary", _unary), _Family("binary", _binary), _Family("copy", _copy)]
-# primitive class name -> family, built once from the launchers' own tables
-DISPATCH = {prim: fam for fam in FAMILIES for prim in fam.primitives}
+def _resolve(ref, in_ptrs, out_ptrs, temps):
+    kind, i, off = ref
+    if kind == "i":
+        return in_ptrs[i] + off
+    if kind == "o":
+        return out_ptrs[i] + off
+    return temps[i].data + off
 
 
 # Every live evaluator's residency. The bridge's queue of freed tokens is process-wide
@@ -156,7 +149,7 @@ class Evaluator:
                 count(prim, "view")
             else:
                 fam = DISPATCH.get(prim) if self.gpu else None
-                if fam is not None and self._elementwise(g, metas, fam, prim, params, ins, outs):
+                if fam is not None and self._gpu(g, metas, fam, prim, params, ins, outs):
                     count(prim, "gpu")
                 else:
                     self._fallback(g, i, ins, outs)
@@ -171,61 +164,95 @@ class Evaluator:
             if freed:
                 _route_freed(freed)
 
-    def _elementwise(self, g, metas, fam, prim, params, ins, outs) -> bool:
-        if len(outs) != 1:
-            return False
+    def _gpu(self, g, metas, fam, prim, params, ins, outs) -> bool:
+        """Run one node through its family's plan; False: no plan covers it (fallback)."""
         infos = [g.info(s) for s in ins]
         if None in infos:
             return False
-        out = outs[0]
-        out_meta = metas[out]
         # The signature is plain tuples (cheap to hash); Layouts are built on a miss only.
         # info: (key, data_ptr, offset_bytes, strides, data_size, nbytes, row, col, contig, ours)
         in_sig = tuple((metas[s], inf[3], inf[4], inf[6], inf[8]) for s, inf in zip(ins, infos))
-        sig = (prim, params, in_sig, out_meta)
+        out_sig = tuple(metas[o] for o in outs)
+        sig = (prim, params, in_sig, out_sig)
         entry = self.plans.get(sig)
         if entry is None:
-            entry = self.plans[sig] = self._plan(fam, prim, params, in_sig, out_meta)
-        plan, size, nbytes = entry
+            entry = self.plans[sig] = self._plan(fam, prim, params, in_sig, out_sig)
+        plan, out_nbytes = entry
         if plan is None:
             return False
         res = self.residency
         stream = self.stream
-        ptrs = []
-        donor = None
-        for s, inf, isig in zip(ins, infos, in_sig):
+        in_ptrs = []
+        for s, inf in zip(ins, infos):
             if inf[9] == -1 and not res.is_tracked(inf[0]):
                 g.watch(s)  # MLX-owned: the bridge tells us when its host buffer dies
-            ptrs.append(res.device_ptr(inf[0], inf[1], inf[5], stream) + inf[2])
-            # donate an input buffer nobody else holds (ours, same bytes, plain layout)
-            if (donor is None and inf[9] != -1 and inf[5] == nbytes and inf[2] == 0 and isig[3]
-                    and isig[2] == size and g.donatable(s)):
-                donor = (s, inf[0], ptrs[-1])
-        if donor is not None:
-            g.share(out, donor[0])
-            key, out_ptr = donor[1], donor[2]
-        else:
-            key, host, out_ptr = res.new_buffer(nbytes)
-            g.attach(out, host, key)
-        if size:
-            ptrs.append(out_ptr)
-            _launch(plan, self.modules, self.driver, tuple(ptrs), stream)
-        res.written(key)
+            in_ptrs.append(res.device_ptr(inf[0], inf[1], inf[5], stream) + inf[2])
+        out_ptrs, keys, donated = [], [], []
+        for j, o in enumerate(outs):
+            nbytes = out_nbytes[j]
+            key = None
+            for oj, ii in plan.donate:
+                inf = infos[ii]
+                # an input buffer nobody else holds: ours, same bytes, plain layout
+                if (oj == j and inf[9] != -1 and inf[5] == nbytes and inf[2] == 0 and in_sig[ii][3]
+                        and in_sig[ii][2] * _ITEMSIZE[in_sig[ii][0][1]] == nbytes
+                        and inf[0] not in keys and g.donatable(ins[ii])):
+                    g.share(o, ins[ii])
+                    key, ptr = inf[0], in_ptrs[ii]
+                    break
+            if key is None:
+                key, host, ptr = res.new_buffer(nbytes)
+                g.attach(o, host, key)
+                donated.append(False)
+            else:
+                donated.append(True)
+            keys.append(key)
+            out_ptrs.append(ptr)
+        temps = [self.residency.device_pool.alloc(n) for n in plan.temps] if plan.temps else ()
+        try:
+            for j, steps in plan.init:
+                if not donated[j]:
+                    self._steps(steps, in_ptrs, out_ptrs, temps)
+            self._steps(plan.steps, in_ptrs, out_ptrs, temps)
+        finally:
+            # stream order: whatever reuses a temporary is queued after these steps
+            for t in temps:
+                self.residency.device_pool.free(t)
+        for j, key in enumerate(keys):
+            res.written(key, plan.written[j] if donated[j] and plan.written else None)
         return True
 
-    def _plan(self, fam, prim, params, in_sig, out_meta):
-        """(launch or None, output elements, output bytes) for a node signature."""
-        shape, dtype = out_meta[0], out_meta[1]
-        size = 1
-        for d in shape:
-            size *= d
-        in_layouts = tuple(Layout(m[0], st, m[1], ds, row, contig) for m, st, ds, row, contig in in_sig)
-        out_layout = Layout(shape, _row_strides(shape), dtype, size, True, True)
+    def _steps(self, steps, in_ptrs, out_ptrs, temps):
+        stream = self.stream
+        for st in steps:
+            if type(st) is _Launch:
+                if st.empty:
+                    continue
+                refs = st.refs
+                if refs is None:
+                    ptrs = tuple(in_ptrs[: st.n_ptrs - 1]) + (out_ptrs[0],)
+                else:
+                    ptrs = tuple(_resolve(r, in_ptrs, out_ptrs, temps) for r in refs)
+                _launch(st, self.modules, self.driver, ptrs, stream)
+            elif type(st) is _Memset:
+                if st.nbytes:
+                    self.driver.memset(_resolve(st.ref, in_ptrs, out_ptrs, temps), st.value, st.nbytes, stream)
+            else:
+                st.fn(tuple(_resolve(r, in_ptrs, out_ptrs, temps) for r in st.refs), stream, self)
+
+    def _plan(self, fam, prim, params, in_sig, out_sig):
+        """(plan or None, bytes per output) for a node signature."""
+        ins = tuple(Layout(m[0], st, m[1], ds, row, contig) for m, st, ds, row, contig in in_sig)
+        outs = tuple(Layout.row_major(shape, dtype) for shape, dtype, _ in out_sig)
+        nbytes = tuple(o.size * _ITEMSIZE[o.dtype] for o in outs)
         # the bridge gives a one-value state() as the bare value; launchers take tuples
         p = params if isinstance(params, tuple) else (() if params is None else (params,))
-        op = fam.module.op_for(prim, p)
-        plan = None if op is None else fam.module.plan(op, in_layouts, out_layout, self.props)
-        return plan, size, size * _ITEMSIZE[dtype]
+        try:
+            plan = fam.plan_node(_plan.Node(prim, p, ins, outs), self.props)
+        except Exception as e:
+            raise RuntimeError(f"mlx-amd: planning {prim} (family {fam.FAMILY}) for inputs "
+                               f"{[(l.shape, l.dtype) for l in ins]} failed: {type(e).__name__}: {e}") from e
+        return plan, nbytes
 
     def _fallback(self, g, node, ins, outs):
         res = self.residency
@@ -239,9 +266,4 @@ class Evaluator:
             if inf is not None:
                 res.host_written(inf[0])
 
-
-_ITEMSIZE = {
-    "bool": 1, "uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "float16": 2, "bfloat16": 2,
-    "uint32": 4, "int32": 4, "float32": 4, "uint64": 8, "int64": 8, "float64": 8, "complex64": 8,
-}
 

@@ -13,6 +13,9 @@ element index or offset). Copy kernels have no op: ``copy_<layout>_<in>_<out>[_i
 from __future__ import annotations
 
 import functools
+import os
+import sys
+import types
 
 # MLX dtype name -> the C++ type the kernels store it as.
 CTYPES = {
@@ -84,8 +87,41 @@ _SCALAR_FLAGS = {"ss": ("true", "true"), "sv": ("true", "false"),
 SMOKE_KERNELS = ("smoke_axpy_float32",)   # written out in smoke.hip; no generated variants
 
 
+_TABLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_tables")
+
+
+@functools.lru_cache(maxsize=None)
+def _family_tables() -> dict:
+    """Tables of the other families: ``kernel_tables/<family>.py``, each stdlib-only with
+    ``entries(kt)`` yielding (kernel name, instantiation line); ``kt`` is this module.
+    Loaded by path (like this file is by build_kernels.py), never imported as a package."""
+    out = {}
+    if os.path.isdir(_TABLE_DIR):
+        for fn in sorted(os.listdir(_TABLE_DIR)):
+            if not fn.endswith(".py") or fn.startswith("_"):
+                continue
+            fam = fn[:-3]
+            path = os.path.join(_TABLE_DIR, fn)
+            mod = types.ModuleType(f"_mlx_amd_kernel_table_{fam}")
+            mod.__file__ = path
+            with open(path) as f:
+                exec(compile(f.read(), path, "exec"), mod.__dict__)
+            if not callable(getattr(mod, "entries", None)):
+                raise KeyError(f"{path} defines no entries(kt)")
+            out[fam] = mod
+    return out
+
+
+def table(family: str):
+    """The table module of a family from ``kernel_tables/`` (its constants: dtypes, ops)."""
+    try:
+        return _family_tables()[family]
+    except KeyError:
+        raise KeyError(f"no kernel table for family {family!r}; known: {', '.join(families())}") from None
+
+
 def families() -> list[str]:
-    return ["smoke", "unary", "binary", "copy"]
+    return ["smoke", "unary", "binary", "copy"] + list(_family_tables())
 
 
 def kernel_name(family: str, layout: str, op: str | None, in_dtype: str, out_dtype: str,
@@ -117,6 +153,8 @@ def _entries(family: str):
                 for large, idx in ((False, "int32_t"), (True, "int64_t")):
                     name = kernel_name(family, "g", op, dt, o, large)
                     yield name, f"MLXA_BINARY_G({name}, mlxa::op::{fn}, {ci}, {co}, {idx})"
+    elif family in _family_tables():
+        yield from _family_tables()[family].entries(sys.modules[__name__])
     elif family != "smoke":
         raise KeyError(f"unknown kernel family {family!r}; known: {', '.join(families())}")
 

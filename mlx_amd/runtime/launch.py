@@ -1,4 +1,5 @@
-"""A planned kernel launch and the one call that performs it.
+"""A planned kernel launch (the kernel step of ``runtime/plan.py``) and the one call
+that performs it.
 
 A ``Launch`` is computed once per node signature by a family's ``plan`` (no GPU
 involved) and cached; per call only the pointers change. Every kernel takes one
@@ -24,6 +25,9 @@ class Launch:
     shared_mem: int       # dynamic shared memory, bytes
     n_ptrs: int           # leading pointer fields of the argument struct
     tail: bytes = b""     # the struct's remaining fields, already packed
+    # which buffers the leading pointer fields are (plan.Ref); None: the node's inputs in
+    # order, then its first output (every elementwise kernel)
+    refs: tuple = None
 
     @property
     def empty(self) -> bool:

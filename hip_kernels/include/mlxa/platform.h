@@ -103,6 +103,22 @@ template <typename T> MLXA_DEVICE T shfl_down(T v, unsigned d, int width = warpS
 template <typename T> MLXA_DEVICE T shfl_up(T v, unsigned d, int width = warpSize) { return __shfl_up(v, d, width); }
 #endif
 
+// ---- ballots and sub-block barriers (used by wave.h only) -------------------------
+#if MLXA_PLATFORM_NVIDIA
+MLXA_DEVICE unsigned long long ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
+MLXA_DEVICE void sync_wave() { __syncwarp(); }
+// Barrier over `count` threads (a multiple of 32) that share barrier `id` (1..15; 0 is
+// __syncthreads): lets two warps act as one 64-wide logical wave.
+MLXA_DEVICE void named_barrier(int id, int count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+#else
+MLXA_DEVICE unsigned long long ballot(bool p) { return __ballot(p); }
+MLXA_DEVICE void sync_wave() { __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront"); __builtin_amdgcn_wave_barrier(); __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront"); }
+// Never reached on AMD: wave widths there are native (see wave.h).
+MLXA_DEVICE void named_barrier(int, int) { __builtin_trap(); }
+#endif
+
 // ---- atomics (same spelling on both vendors; wrapped so kernels use one name) ------
 template <typename T> MLXA_DEVICE T atomic_add(T* p, T v) { return atomicAdd(p, v); }
 template <typename T> MLXA_DEVICE T atomic_max(T* p, T v) { return atomicMax(p, v); }

@@ -1,2 +1,40 @@
-"""Family launchers: one module per kernel family, each with ``PRIMITIVES``, ``op_for``
-and a pure ``plan(op, ins, out, device) -> Launch | None`` (see ``runtime/launch.py``)."""
+"""Family launchers: one module per kernel family (``hip_kernels/<family>.hip``).
+
+Each module has ``FAMILY``, ``PRIMITIVES`` (the MLX primitive classes it may take) and
+``plan_node(node, device) -> Plan | None`` (``runtime/plan.py``): pure, cached by the
+node's signature, no GPU involved; None sends the node to MLX's CPU fallback.
+
+The evaluator dispatches on the union of the ``PRIMITIVES`` tables of every module in
+this package, discovered here, so a new family is a new file and nothing else changes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+# modules here that are helpers, not families
+_HELPERS = frozenset({"elementwise"})
+
+
+def family_modules() -> list:
+    mods = []
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_") or info.name in _HELPERS:
+            continue
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(mod, "PRIMITIVES") and hasattr(mod, "plan_node"):
+            mods.append(mod)
+    return mods
+
+
+def dispatch_table() -> dict:
+    """MLX primitive class name -> family module; two families claiming one class is an error."""
+    table: dict = {}
+    for mod in family_modules():
+        for prim in mod.PRIMITIVES:
+            if prim in table:
+                raise RuntimeError(f"primitive {prim} is claimed by both {table[prim].__name__} "
+                                   f"and {mod.__name__}")
+            table[prim] = mod
+    return table

@@ -8,6 +8,7 @@ from __future__ import annotations
 from .. import kernel_table as kt
 from . import elementwise as ew
 from .elementwise import Layout
+from ..plan import Plan
 
 FAMILY = "binary"
 
@@ -52,3 +53,14 @@ def plan(op: str, ins: tuple, out: Layout, device, params=()):
         return None
     name = kt.kernel_name(FAMILY, "g", op, a.dtype, out.dtype, ew.needs_i64(n, shape, sa, sb))
     return ew.strided_launch(FAMILY, name, n, 3, shape, (sa, sb), device)
+
+
+def plan_node(node, device):
+    """The node's plan: one launch; the output may take over an input's buffer (each
+    element is read and written by the same thread)."""
+    if len(node.outs) != 1:
+        return None
+    launch = plan(node.prim, node.ins, node.out, device, node.params)
+    if launch is None:
+        return None
+    return Plan((launch,), donate=tuple((0, i) for i in range(len(node.ins))))

@@ -18,6 +18,7 @@ from __future__ import annotations
 from .. import kernel_table as kt
 from . import elementwise as ew
 from .elementwise import Layout
+from ..plan import Plan
 
 FAMILY = "copy"
 
@@ -71,3 +72,14 @@ def plan(op: str, ins: tuple, out: Layout, device, params=()):
             return ew.transpose_launch(FAMILY, name, rows, cols, batch, (rs, cs, bs), device)
     name = kt.kernel_name(FAMILY, "g", None, x.dtype, out.dtype, ew.needs_i64(n, shape, st))
     return ew.strided_launch(FAMILY, name, n, 2, shape, (st,), device)
+
+
+def plan_node(node, device):
+    """The node's plan: one launch; the output may take over an input's buffer (each
+    element is read and written by the same thread)."""
+    if len(node.outs) != 1:
+        return None
+    launch = plan(node.prim, node.ins, node.out, device, node.params)
+    if launch is None:
+        return None
+    return Plan((launch,), donate=tuple((0, i) for i in range(len(node.ins))))

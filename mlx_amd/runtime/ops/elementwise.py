@@ -8,67 +8,17 @@ plan depends only on the inputs' layouts relative to the output's shape.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
+from ..plan import ITEMSIZE, Layout, row_strides  # noqa: F401  (shared by every launcher)
 
-ITEMSIZE = {"bool": 1, "uint8": 1, "uint32": 4, "int32": 4, "int64": 8,
-            "float16": 2, "bfloat16": 2, "float32": 4}
 
 MAX_DIMS = kt.MAX_DIMS
 BLOCK = kt.ELEMENTWISE_BLOCK
 _I32_LIMIT = 2**31 - 1
 _BLOCKS_PER_CU = 16   # enough resident blocks to hide latency; the rest is grid-stride
-
-
-@dataclasses.dataclass(frozen=True)
-class Layout:
-    """One array as the kernels see it: strides in elements, from element 0 (the
-    pointer handed to the launch already includes the array's offset)."""
-
-    shape: tuple
-    strides: tuple
-    dtype: str
-    data_size: int
-    row_contiguous: bool
-    contiguous: bool
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @classmethod
-    def row_major(cls, shape, dtype: str) -> "Layout":
-        shape = tuple(int(d) for d in shape)
-        return cls(shape, row_strides(shape), dtype, math.prod(shape), True, True)
-
-    @classmethod
-    def strided(cls, shape, strides, dtype: str) -> "Layout":
-        """A layout with flags worked out the way MLX sets them for views."""
-        shape, strides = tuple(int(d) for d in shape), tuple(int(s) for s in strides)
-        if len(shape) != len(strides):
-            raise ValueError(f"shape {shape} and strides {strides} differ in length")
-        size = math.prod(shape)
-        live = [(d, s) for d, s in zip(shape, strides) if d != 1]
-        row = all(s == r for d, s, r in zip(shape, strides, row_strides(shape)) if d != 1)
-        # dense: the non-trivial dims tile 0..size-1 exactly in some order
-        packed, expect = True, 1
-        for s, d in sorted((s, d) for d, s in live):
-            packed = packed and s == expect
-            expect *= d
-        span = 1 + sum((d - 1) * abs(s) for d, s in zip(shape, strides)) if size else 0
-        return cls(shape, strides, dtype, size if packed else span, row, packed)
-
-
-def row_strides(shape) -> tuple:
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return tuple(reversed(out))
 
 
 def collapse_dims(shape, *strides):

@@ -1,0 +1,177 @@
+"""The plan format: what a family launcher hands the engine for one MLX node.
+
+A launcher sees a node as a ``Node`` (primitive class name, ``state()`` parameters as a
+tuple, input layouts, output layouts) and returns a ``Plan`` or None (None: MLX's CPU
+fallback runs the node). Plans are pure data computed without a GPU and cached by the
+node's signature, so per evaluation only buffer addresses change. One format serves
+every family:
+
+* ``Launch``      one kernel launch (``runtime/launch.py``); its ``refs`` say which
+                  buffers its leading pointer fields are.
+* ``Memset``      fill a byte range of a buffer (zeroing an accumulator, say).
+* ``HostCall``    a Python callable run in stream order with the resolved addresses:
+                  vendor-library calls (GEMM, FFT) and anything else that is not a
+                  kernel of ours.
+* temporaries     device scratch (``Plan.temps``, bytes each), allocated from the pool
+                  for the node's steps and recycled right after them (one stream: the
+                  next user is queued behind them).
+* donation        ``Plan.donate`` names (output, input) pairs where the output may take
+                  over the input's buffer when nothing else holds it (the evaluator asks
+                  the bridge); ``Plan.init`` are steps that run only for an output that
+                  did not take its input's buffer (the copy a scatter or slice update
+                  starts from). ``Plan.written`` narrows which bytes of an output the
+                  steps changed when it was donated (a KV-cache slice update writes back
+                  its slice, not the cache).
+
+A buffer reference ``Ref`` is ``(kind, index, byte_offset)`` with kind ``"i"`` (input),
+``"o"`` (output) or ``"t"`` (temporary). Input addresses already point at the input's
+element 0 (its array offset applied); outputs are fresh row-contiguous buffers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable, NamedTuple, Optional
+
+from .launch import Launch  # noqa: F401  (re-exported: the plan format's kernel step)
+
+ITEMSIZE = {
+    "bool": 1, "uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "float16": 2, "bfloat16": 2,
+    "uint32": 4, "int32": 4, "float32": 4, "uint64": 8, "int64": 8, "float64": 8, "complex64": 8,
+}
+DTYPES = tuple(ITEMSIZE)
+
+
+class Ref(NamedTuple):
+    kind: str        # "i", "o" or "t"
+    index: int
+    offset: int = 0  # bytes
+
+
+def inp(i: int, offset: int = 0) -> Ref:
+    return Ref("i", i, offset)
+
+
+def out(i: int = 0, offset: int = 0) -> Ref:
+    return Ref("o", i, offset)
+
+
+def tmp(i: int, offset: int = 0) -> Ref:
+    return Ref("t", i, offset)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """One array as kernels see it: strides in elements from element 0 (the address handed
+    to a kernel already includes the array's offset); ``data_size`` as MLX defines it."""
+
+    shape: tuple
+    strides: tuple
+    dtype: str
+    data_size: int
+    row_contiguous: bool
+    contiguous: bool
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return ITEMSIZE[self.dtype]
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * ITEMSIZE[self.dtype]
+
+    @classmethod
+    def row_major(cls, shape, dtype: str) -> "Layout":
+        shape = tuple(int(d) for d in shape)
+        return cls(shape, row_strides(shape), dtype, math.prod(shape), True, True)
+
+    @classmethod
+    def strided(cls, shape, strides, dtype: str) -> "Layout":
+        """A layout with flags worked out the way MLX sets them for views."""
+        shape, strides = tuple(int(d) for d in shape), tuple(int(s) for s in strides)
+        if len(shape) != len(strides):
+            raise ValueError(f"shape {shape} and strides {strides} differ in length")
+        size = math.prod(shape)
+        live = [(d, s) for d, s in zip(shape, strides) if d != 1]
+        row = all(s == r for d, s, r in zip(shape, strides, row_strides(shape)) if d != 1)
+        # dense: the non-trivial dims tile 0..size-1 exactly in some order
+        packed, expect = True, 1
+        for s, d in sorted((s, d) for d, s in live):
+            packed = packed and s == expect
+            expect *= d
+        span = 1 + sum((d - 1) * abs(s) for d, s in zip(shape, strides)) if size else 0
+        return cls(shape, strides, dtype, size if packed else span, row, packed)
+
+
+def row_strides(shape) -> tuple:
+    out_, acc = [], 1
+    for d in reversed(shape):
+        out_.append(acc)
+        acc *= d
+    return tuple(reversed(out_))
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """What a launcher is told about one MLX node."""
+
+    prim: str             # MLX primitive class name ("Reduce", "fast::RMSNorm")
+    params: tuple         # state() as a tuple (a one-value state() arrives as a 1-tuple)
+    ins: tuple            # Layout per input
+    outs: tuple           # Layout per output: row-contiguous, shape and dtype of the output
+
+    @property
+    def out(self) -> Layout:
+        return self.outs[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Memset:
+    ref: Ref
+    nbytes: int
+    value: int = 0        # byte value
+
+
+@dataclasses.dataclass(frozen=True)
+class HostCall:
+    """``fn(ptrs, stream, ctx)`` in stream order; ``ptrs`` are the resolved ``refs``
+    and ``ctx`` the runtime's ``Context`` (driver, device properties, modules, pools)."""
+
+    fn: Callable
+    refs: tuple
+    what: str = ""        # for messages and stats
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    steps: tuple
+    temps: tuple = ()                 # bytes per temporary
+    donate: tuple = ()                # (out_index, in_index) pairs
+    init: tuple = ()                  # (out_index, steps): run when that output was not donated
+    written: Optional[tuple] = None   # per output (lo, hi) bytes changed when donated; None: all
+
+    def __post_init__(self):
+        for s in self.steps:
+            if not isinstance(s, (Launch, Memset, HostCall)):
+                raise TypeError(f"plan step must be Launch, Memset or HostCall, got {type(s).__name__}")
+
+
+def single(launch: Optional[Launch], **kw) -> Optional[Plan]:
+    """The plan of one launch (None stays None: no kernel covers the node)."""
+    if launch is None:
+        return None
+    return Plan((launch,), **kw)
+
+
+def default_refs(n_ins: int, n_outs: int = 1) -> tuple:
+    """Inputs in order, then outputs: what a Launch without explicit refs points at."""
+    return tuple(inp(i) for i in range(n_ins)) + tuple(out(i) for i in range(n_outs))
