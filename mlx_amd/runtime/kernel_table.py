@@ -21,12 +21,18 @@ import types
 CTYPES = {
     "bool": "bool",
     "uint8": "uint8_t",
+    "uint16": "uint16_t",
     "uint32": "uint32_t",
+    "uint64": "uint64_t",
+    "int8": "int8_t",
+    "int16": "int16_t",
     "int32": "int32_t",
     "int64": "int64_t",
     "float16": "mlxa::half",
     "bfloat16": "mlxa::bfloat16",
     "float32": "float",
+    "float64": "double",
+    "complex64": "mlxa::complex64",
 }
 
 ELEMENTWISE_BLOCK = 256   # threads per block for every elementwise kernel (MLXA_BLOCK_MAX)
@@ -77,7 +83,7 @@ BINARY = {
     "logical_or": ("LogicalOr", ("bool",), "bool"),
 }
 
-COPY_DTYPES = tuple(CTYPES)   # every pair
+COPY_DTYPES = ("bool", "uint8", "uint32", "int32", "int64", "float16", "bfloat16", "float32")  # every pair
 
 UNARY_LAYOUTS = ("v", "g")
 BINARY_LAYOUTS = ("ss", "sv", "vs", "vv", "g")

@@ -139,6 +139,10 @@ struct half {
 struct bfloat16 {
   unsigned short bits;
 };
+// MLX's complex64: two floats, real first (std::complex<float>'s layout).
+struct alignas(8) complex64 {
+  float real, imag;
+};
 
 // Finite values and infinities go through the hardware converters (round to nearest
 // even); NaNs are encoded the way MLX's x86 CPU build encodes them (its software
