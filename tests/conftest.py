@@ -5,8 +5,10 @@ for the test process; tests that want the evaluator ask for the `runtime` fixtur
 """
 
 import os
+import sys
 
 os.environ.setdefault("MLX_AMD_AUTO", "0")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/oracle.py
 
 import pytest  # noqa: E402
 
@@ -76,3 +78,23 @@ def pytest_runtest_makereport(item, call):
         reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
         rep.outcome = "failed"
         rep.longrepr = f"skipped under MLX_AMD_NO_SKIP=1: {reason}"
+
+
+@pytest.fixture(params=[32, 64], ids=["w32", "w64"])
+def wave(request, monkeypatch):
+    """Run a test at both wave widths: 64 through the emulated 64-wide wave on a 32-wide
+    GPU (the CDNA code paths); plans are cached, so the current runtime's cache is cleared
+    around the test."""
+    from mlx_amd.runtime import context
+
+    if request.param == 64:
+        monkeypatch.setenv("MLX_AMD_WAVE", "64")
+    else:
+        monkeypatch.delenv("MLX_AMD_WAVE", raising=False)
+    rt = context.current()
+    if rt is not None:
+        rt.evaluator.plans.clear()
+    yield request.param
+    rt = context.current()
+    if rt is not None:
+        rt.evaluator.plans.clear()

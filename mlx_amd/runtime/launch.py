@@ -28,6 +28,9 @@ class Launch:
     # which buffers the leading pointer fields are (plan.Ref); None: the node's inputs in
     # order, then its first output (every elementwise kernel)
     refs: tuple = None
+    # a function handle resolved already (kernels compiled at run time: runtime/jit.py);
+    # None: ``family``/``kernel`` name a prebuilt kernel looked up through Modules
+    function: object = None
 
     @property
     def empty(self) -> bool:
@@ -48,5 +51,5 @@ def run(launch: Launch, modules, driver, ptrs: tuple, stream=None) -> None:
     """Launch ``launch`` with buffer addresses ``ptrs`` on ``stream`` (None: default)."""
     if launch.empty:
         return
-    fn = modules.function(launch.family, launch.kernel)
+    fn = launch.function if launch.function is not None else modules.function(launch.family, launch.kernel)
     driver.launch(fn, launch.grid, launch.block, launch.args(ptrs), launch.shared_mem, stream)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Callable, NamedTuple, Optional
 
 from .launch import Launch  # noqa: F401  (re-exported: the plan format's kernel step)
@@ -175,3 +176,17 @@ def single(launch: Optional[Launch], **kw) -> Optional[Plan]:
 def default_refs(n_ins: int, n_outs: int = 1) -> tuple:
     """Inputs in order, then outputs: what a Launch without explicit refs points at."""
     return tuple(inp(i) for i in range(n_ins)) + tuple(out(i) for i in range(n_outs))
+
+
+def wave_width(device) -> int:
+    """The wave width a launcher instantiates for: the device's, or ``MLX_AMD_WAVE`` (64
+    runs the 64-wide variants emulated on a 32-wide GPU; the GPU suite does, for CDNA's
+    code paths). Plans are cached: change it only with a fresh plan cache."""
+    forced = os.environ.get("MLX_AMD_WAVE")
+    w = int(forced) if forced else int(device.wave_size)
+    if w not in (32, 64):
+        raise ValueError(f"wave width {w} (MLX_AMD_WAVE or the device's) must be 32 or 64")
+    if forced and w < int(device.wave_size):
+        raise ValueError(f"MLX_AMD_WAVE={w} is narrower than the device's wave ({device.wave_size}): "
+                         "only wider waves can be emulated")
+    return w
