@@ -32,16 +32,24 @@ def eval(*args) -> None:
     """Evaluate arrays (and trees of arrays) on the GPU; like ``mx.eval``."""
     arrays: list = []
     _flatten(args, arrays)
-    if arrays:
-        from .runtime.context import get_runtime
+    from .runtime.context import get_runtime
 
-        get_runtime().evaluator.eval(arrays)
+    ev = get_runtime().evaluator
+    if arrays:
+        ev.eval(arrays)
+    else:
+        ev.raise_deferred()
 
 
 def async_eval(*args) -> None:
-    """Like ``mx.async_eval``. The work is complete on return for now: MLX's Event is not
-    exported, so an array must be finished before it is marked available."""
-    eval(*args)
+    """Like ``mx.async_eval``: queues the work and returns; an array becomes readable when
+    its work is done (every read path waits for exactly the work that produced it)."""
+    arrays: list = []
+    _flatten(args, arrays)
+    if arrays:
+        from .runtime.context import get_runtime
+
+        get_runtime().evaluator.eval(arrays, async_=True)
 
 
 def synchronize(*_args) -> None:
@@ -54,7 +62,7 @@ def synchronize(*_args) -> None:
 
 def _wrap_read(name, original):
     def method(self, *a, **k):
-        eval(self)
+        eval(self)   # also waits for this array's pending work, if async_eval queued it
         return original(self, *a, **k)
 
     method.__name__ = name
@@ -89,14 +97,15 @@ def enable() -> _Enabled:
     # MLX may have donated or mutated host buffers while we were off.
     rt.residency.clear()
     saved = _state["saved"]
-    saved["eval"], saved["async_eval"] = mx.eval, mx.async_eval
-    mx.eval, mx.async_eval = eval, async_eval
+    for name, fn in _MX_FUNCTIONS.items():
+        saved["mx." + name] = getattr(mx, name)
+        setattr(mx, name, fn)
     for name in _READ_METHODS:
         orig = getattr(mx.array, name, None)
         if orig is not None:
             saved[name] = orig
             setattr(mx.array, name, _wrap_read(name, orig))
-    mx.disable_compile()
+    # mx.compile stays on: Compiled nodes are evaluated like any other (runtime/ops/compiled.py)
     _state["enabled"] = True
     return _Enabled(False)
 
@@ -106,13 +115,15 @@ def disable() -> None:
     if not _state["enabled"]:
         return
     saved = _state["saved"]
-    mx.eval, mx.async_eval = saved.pop("eval"), saved.pop("async_eval")
-    for name in _READ_METHODS:
-        if name in saved:
-            setattr(mx.array, name, saved.pop(name))
-    synchronize()
-    mx.enable_compile()
-    _state["enabled"] = False
+    try:
+        synchronize()   # pending async work finishes (and its errors surface) before MLX reads
+    finally:
+        for name in _MX_FUNCTIONS:
+            setattr(mx, name, saved.pop("mx." + name))
+        for name in _READ_METHODS:
+            if name in saved:
+                setattr(mx.array, name, saved.pop(name))
+        _state["enabled"] = False
 
 
 def is_enabled() -> bool:
@@ -153,7 +164,7 @@ def stats(reset: bool = False) -> dict:
     return d
 
 
-# --- memory, with MLX's names --------------------------------------------------------
+# --- memory, with MLX's names (mx.* report and control this pool while enabled) ----------
 def _pool():
     from .runtime.context import get_runtime
 
@@ -164,9 +175,46 @@ def get_active_memory() -> int: return _pool().get_active_memory()
 def get_peak_memory() -> int: return _pool().get_peak_memory()
 def reset_peak_memory() -> None: _pool().reset_peak_memory()
 def get_cache_memory() -> int: return _pool().get_cache_memory()
+def get_memory_limit() -> int: return _pool().get_memory_limit()
 def set_memory_limit(limit: int) -> int: return _pool().set_memory_limit(limit)
 def set_cache_limit(limit: int) -> int: return _pool().set_cache_limit(limit)
 def clear_cache() -> None: _pool().clear_cache()
+
+
+def set_wired_limit(limit: int) -> int:
+    """Accepted for compatibility (wiring is a Metal notion); returns the previous value."""
+    prev = _state.setdefault("wired_limit", 0)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise ValueError(f"[set_wired_limit] limit must be a non-negative int, got {limit!r}")
+    _state["wired_limit"] = limit
+    return prev
+
+
+def _wrap_save(name):
+    """mx.save & co. evaluate and read their arrays inside MLX's C++: evaluate them here
+    first (on the GPU, waiting for any queued work) so MLX finds them ready."""
+    original = getattr(mx, name)
+
+    def save(file, *args, **kwargs):
+        eval(args, kwargs)
+        return original(file, *args, **kwargs)
+
+    save.__name__ = save.__qualname__ = name
+    save.__doc__ = original.__doc__
+    return save
+
+
+# mx.<name> -> ours while enabled
+_MX_FUNCTIONS = {
+    "eval": eval, "async_eval": async_eval, "synchronize": synchronize,
+    "get_active_memory": get_active_memory, "get_peak_memory": get_peak_memory,
+    "reset_peak_memory": reset_peak_memory, "get_cache_memory": get_cache_memory,
+    "get_memory_limit": get_memory_limit, "set_memory_limit": set_memory_limit,
+    "set_cache_limit": set_cache_limit, "clear_cache": clear_cache,
+    "set_wired_limit": set_wired_limit,
+    **{n: _wrap_save(n) for n in ("save", "savez", "savez_compressed", "save_safetensors",
+                                  "save_gguf") if hasattr(mx, n)},
+}
 
 
 def _auto_enable():

@@ -106,30 +106,103 @@ class Evaluator:
         self.plans: dict = {}
         self.stats = Stats()
         self.lock = threading.RLock()
+        self._deferred = None              # an asynchronous evaluation's error, raised later
+        self._pending: list = []           # see _queue_pending
+        self._pending_keys: dict = {}
+        self._pending_base = 0
+        self._events: list = []            # recycled completion events
         _OWNERS.add(residency)
 
     # ------------------------------------------------------------------ public
-    def eval(self, arrays) -> None:
+    def eval(self, arrays, async_: bool = False) -> None:
+        """Evaluate ``arrays``. ``async_``: return once the work is queued; each array's
+        host view becomes valid when its work is done, and every read path (the patched
+        array methods, later evaluations, the CPU fallback) waits for exactly that work.
+        Errors of an asynchronous evaluation surface at the next read or synchronize."""
         with self.lock:
+            self.raise_deferred()
+            self._wait_for(arrays)
             self._reap()
-            g = _bridge.Graph(arrays)
+            g = _bridge.Graph(arrays, async_)
+            written: list = []
             try:
                 self._run(g)
+            except Exception as e:
+                if not async_:
+                    raise
+                self._deferred = e
             finally:
                 # Also after a failure (out of memory, a driver error): the nodes that did
                 # finish are available to MLX and must be readable.
                 g.release()
                 self._reap()
                 # Everything still stale on the host is held by someone: write it back.
-                self.residency.writeback(stream=self.stream)
+                self.residency.writeback(stream=self.stream, sync=not async_, collect=written)
                 if self.stream is not None:
-                    self.driver.stream_synchronize(self.stream)
-                    self.residency.synchronized()
+                    if async_:
+                        self._queue_pending(arrays, written)
+                    else:
+                        self.synchronize()
             self.stats.evals += 1
 
     def synchronize(self):
-        if self.stream is not None:
-            self.driver.stream_synchronize(self.stream)
+        """Wait for all queued work; raise an asynchronous evaluation's deferred error."""
+        with self.lock:
+            if self.stream is not None:
+                self.driver.stream_synchronize(self.stream)
+                self.residency.synchronized()
+                self._retire(len(self._pending))
+            self.raise_deferred()
+
+    def raise_deferred(self):
+        e, self._deferred = self._deferred, None
+        if e is not None:
+            raise e
+
+    # ------------------------------------------------------- asynchronous evaluations
+    # _pending: [(event, keys)] in stream order; _pending_keys: key -> position counter.
+    def _queue_pending(self, arrays, written):
+        keys = set(written)
+        for a in arrays:
+            inf = _bridge.buffer_info(a)
+            if inf is not None:
+                keys.add(inf[0])
+        ev = self._events.pop() if self._events else self.driver.event_create(timing=False)
+        self.driver.event_record(ev, self.stream)
+        seq = self._pending_base + len(self._pending)
+        self._pending.append((ev, keys))
+        for k in keys:
+            self._pending_keys[k] = seq
+
+    def _retire(self, n):
+        """The first n pending evaluations are complete."""
+        for ev, keys in self._pending[:n]:
+            for k in keys:
+                if self._pending_keys.get(k, -1) < self._pending_base + n:
+                    self._pending_keys.pop(k, None)
+            self._events.append(ev)
+        del self._pending[:n]
+        self._pending_base += n
+
+    def _wait_keys(self, keys):
+        """Block until the work that wrote any of these buffers is done."""
+        if not self._pending_keys:
+            return
+        last = max((self._pending_keys.get(k, -1) for k in keys), default=-1)
+        if last < 0:
+            return
+        n = last - self._pending_base + 1
+        self.driver.event_synchronize(self._pending[n - 1][0])
+        self._retire(n)
+
+    def _wait_for(self, arrays):
+        if self._pending_keys:
+            keys = []
+            for a in arrays:
+                inf = _bridge.buffer_info(a)
+                if inf is not None:
+                    keys.append(inf[0])
+            self._wait_keys(keys)
 
     # ---------------------------------------------------------------- internals
     def _reap(self):
@@ -256,8 +329,10 @@ class Evaluator:
 
     def _fallback(self, g, node, ins, outs):
         res = self.residency
-        for s in ins:
-            inf = g.info(s)
+        infos = [g.info(s) for s in ins]
+        if self._pending_keys:   # host copies an asynchronous evaluation has not landed yet
+            self._wait_keys([inf[0] for inf in infos if inf is not None])
+        for inf in infos:
             if inf is not None and inf[9] != -1:
                 res.ensure_host(inf[0], self.stream)
         g.eval_cpu(node)

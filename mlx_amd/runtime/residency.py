@@ -231,18 +231,22 @@ class Residency:
         self.driver.stream_synchronize(stream)
         return n
 
-    def writeback(self, keys_alive: Optional[Iterable[int]] = None, stream=None) -> int:
+    def writeback(self, keys_alive: Optional[Iterable[int]] = None, stream=None,
+                  sync: bool = True, collect: Optional[list] = None) -> int:
         """At the end of an evaluation: copy back the stale ranges of the buffers still alive
         (``None``: every tracked buffer, right after ``freed`` has removed the dead ones).
-        Returns bytes copied."""
-        n, synced = 0, False
+        Returns bytes copied; ``collect`` receives the keys copied; ``sync=False`` leaves
+        the copies queued (the caller tracks their completion)."""
+        n, copied = 0, False
         recs = self._recs
         for key in list(self._dirty) if keys_alive is None else keys_alive:
             rec = recs.get(key)
             if rec is not None and rec.lo < rec.hi:
                 n += self._download(rec, stream)
-                synced = True
-        if synced:
+                copied = True
+                if collect is not None:
+                    collect.append(key)
+        if copied and sync:
             self.driver.stream_synchronize(stream)
         return n
 

@@ -66,7 +66,7 @@ uint32_t Graph::add_slot(const mx::array& a, int32_t producer) {
   return static_cast<uint32_t>(slots_.size() - 1);
 }
 
-Graph::Graph(const std::vector<mx::array>& outputs) {
+Graph::Graph(const std::vector<mx::array>& outputs, bool async) {
   std::unordered_map<std::uintptr_t, uint32_t> ids;
   ids.reserve(64);
   // (slot of the array that carries the primitive, next input to visit)
@@ -81,6 +81,8 @@ Graph::Graph(const std::vector<mx::array>& outputs) {
       uint32_t s = add_slot(a, -1);
       ids.emplace(a.id(), s);
       try {
+        // without the GIL: the producer may need it (see eval_cpu)
+        nb::gil_scoped_release no_gil;
         slots_[s].arr->wait();
       } catch (const std::exception& e) {
         throw std::runtime_error(
@@ -92,9 +94,21 @@ Graph::Graph(const std::vector<mx::array>& outputs) {
       }
       return s;
     }
+    // MLX's own refusals, with its messages, so programs see the same errors.
+    if (async && a.is_tracer()) {
+      throw std::invalid_argument(
+          "[async_eval] Not allowed inside a graph transformation.");
+    }
     if (!a.has_primitive()) {
-      value_error("Graph: unscheduled array " + describe(a) +
-                  " has no primitive; it cannot be evaluated");
+      if (a.is_tracer()) {
+        throw std::invalid_argument(
+            "[eval] Attempting to eval an array during function "
+            "transformations like compile or vmap is not allowed.");
+      }
+      throw std::runtime_error(
+          "[eval] Attempting to eval an array without a primitive " +
+          describe(a) + ". If you are compiling a function, make sure all "
+          "the inputs and outputs are captured.");
     }
     // All outputs of the primitive get their slots now, so that siblings met
     // later are known; the node itself is emitted in post-order.
@@ -361,26 +375,33 @@ void Graph::eval_cpu(int64_t n) {
                              "primitives can fall back to MLX's eval_cpu");
   }
   auto outs = a.outputs();
-  std::string error;
+  // MLX's own exception is rethrown as it is (same Python type and message as
+  // plain MLX gives for the same program).
+  std::exception_ptr error;
   std::vector<mx::array> temporaries;
-  try {
-    prim.eval_cpu(a.inputs(), outs);
-  } catch (const std::exception& e) {
-    error = e.what();
+  {
+    // Without the GIL: some CPU kernels call back into Python on MLX's worker
+    // threads (mx.load of an .npz reads through a Python file object), and
+    // waiting for them while holding the GIL deadlocks. Nothing below touches
+    // Python objects.
+    nb::gil_scoped_release no_gil;
+    try {
+      prim.eval_cpu(a.inputs(), outs);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    try {
+      // As MLX's own CPU eval does: the encoder's temporaries must outlive the
+      // dispatched work; we wait for it, then drop them here.
+      auto& enc = mx::cpu::get_command_encoder(stream);
+      temporaries.swap(enc.temporaries());
+      mx::synchronize(stream);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+    temporaries.clear();
   }
-  try {
-    // As MLX's own CPU eval does: the encoder's temporaries must outlive the
-    // dispatched work; we wait for it, then drop them here.
-    auto& enc = mx::cpu::get_command_encoder(stream);
-    temporaries.swap(enc.temporaries());
-    mx::synchronize(stream);
-  } catch (const std::exception& e) {
-    if (error.empty()) error = e.what();
-  }
-  temporaries.clear();
-  if (!error.empty()) {
-    throw std::runtime_error("eval_cpu: " + name + ": " + error);
-  }
+  if (error) std::rethrow_exception(error);
   for (auto s : node.outputs) {
     if (!slots_[s].arr->data_shared_ptr()) {
       throw std::runtime_error("eval_cpu: " + name + " left output slot " +

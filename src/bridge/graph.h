@@ -8,7 +8,8 @@ namespace mlx_amd {
 
 class Graph {
  public:
-  explicit Graph(const std::vector<mx::array>& outputs);
+  // async: refuse tracers the way mx.async_eval does
+  explicit Graph(const std::vector<mx::array>& outputs, bool async = false);
   ~Graph() { release(); }
 
   nb::list nodes();

@@ -63,7 +63,8 @@ NB_MODULE(_bridge, m) {
 
   nb::class_<Graph>(m, "Graph",
                     "One walk of the unevaluated graph behind `outputs`.")
-      .def(nb::init<const std::vector<mx::array>&>(), "outputs"_a)
+      .def(nb::init<const std::vector<mx::array>&, bool>(), "outputs"_a,
+           "async_"_a = false)
       .def_prop_ro("nodes", &Graph::nodes,
                    "[(prim, params, input slots, output slots)] in topological order")
       .def_prop_ro("arrays", &Graph::arrays, "[(shape, dtype, is_leaf)] per slot")
