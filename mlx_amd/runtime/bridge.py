@@ -86,6 +86,7 @@ buffer_info = _bridge.buffer_info
 drain_freed = _bridge.drain_freed
 live = _bridge.live
 expired = _bridge.expired
+launch = _bridge.launch
 
-__all__ = ["Graph", "versions", "probe", "buffer_info", "drain_freed", "live", "expired",
+__all__ = ["Graph", "versions", "probe", "buffer_info", "drain_freed", "live", "expired", "launch",
            "check_versions", "check_abi", "MLX_VERSION"]

@@ -23,6 +23,7 @@ from typing import Callable, Optional
 from . import bridge as _bridge
 from . import plan as _plan
 from .launch import Launch as _Launch
+from .launch import NativeLauncher as _NativeLauncher
 from .launch import run as _launch
 from .ops import dispatch_table
 from .plan import ITEMSIZE as _ITEMSIZE
@@ -38,6 +39,8 @@ VIEW_PRIMITIVES = frozenset({
     "Copy", "Contiguous", "Split", "CustomTransforms",
 })
 
+
+SMALL_LEAF = 256   # bytes: leaves up to this size are prefetched together (_prefetch_small)
 
 # primitive class name -> family launcher module, built once from the launchers' own tables
 DISPATCH = dispatch_table()
@@ -111,6 +114,7 @@ class Evaluator:
         self._pending_keys: dict = {}
         self._pending_base = 0
         self._events: list = []            # recycled completion events
+        self.native = _NativeLauncher.for_driver(driver) if self.gpu else None
         _OWNERS.add(residency)
 
     # ------------------------------------------------------------------ public
@@ -214,8 +218,27 @@ class Evaluator:
             for res in list(_OWNERS):  # unknown keys are ignored by each
                 res.expired(gone)
 
+    def _prefetch_small(self, g, metas):
+        """Upload the graph's small MLX-owned leaves (scalar constants) in one copy, before
+        the first launch that reads them, instead of one copy each."""
+        res = self.residency
+        items, seen = [], set()
+        for s, (shape, dtype, leaf) in enumerate(metas):
+            if not leaf or len(shape) > 1 or (shape and shape[0] > 64):
+                continue
+            inf = g.info(s)
+            if inf is None or inf[9] != -1 or inf[5] > SMALL_LEAF or inf[0] in seen:
+                continue
+            if not res.is_tracked(inf[0]):
+                g.watch(s)  # MLX-owned: the bridge tells us when its host buffer dies
+                seen.add(inf[0])
+                items.append((inf[0], inf[1], inf[5]))
+        res.upload_small(items, self.stream)
+
     def _run(self, g):
         metas = g.arrays
+        if self.gpu:
+            self._prefetch_small(g, metas)
         count = self.stats.count
         for i, (prim, params, ins, outs) in enumerate(g.nodes):
             if prim in VIEW_PRIMITIVES and g.try_view(i):
@@ -306,7 +329,7 @@ class Evaluator:
                     ptrs = tuple(in_ptrs[: st.n_ptrs - 1]) + (out_ptrs[0],)
                 else:
                     ptrs = tuple(_resolve(r, in_ptrs, out_ptrs, temps) for r in refs)
-                _launch(st, self.modules, self.driver, ptrs, stream)
+                _launch(st, self.modules, self.driver, ptrs, stream, self.native)
             elif type(st) is _Memset:
                 if st.nbytes:
                     self.driver.memset(_resolve(st.ref, in_ptrs, out_ptrs, temps), st.value, st.nbytes, stream)

@@ -47,9 +47,43 @@ class Launch:
             raise ValueError(f"{self.kernel}: pointers must be non-negative 64-bit ints, got {ptrs!r}") from e
 
 
-def run(launch: Launch, modules, driver, ptrs: tuple, stream=None) -> None:
-    """Launch ``launch`` with buffer addresses ``ptrs`` on ``stream`` (None: default)."""
+def run(launch: Launch, modules, driver, ptrs: tuple, stream=None, native=None) -> None:
+    """Launch ``launch`` with buffer addresses ``ptrs`` on ``stream`` (None: default);
+    through ``native`` (a ``NativeLauncher``) when given."""
     if launch.empty:
         return
     fn = launch.function if launch.function is not None else modules.function(launch.family, launch.kernel)
-    driver.launch(fn, launch.grid, launch.block, launch.args(ptrs), launch.shared_mem, stream)
+    if native is not None:
+        native(fn, launch.grid, launch.block, launch.args(ptrs), launch.shared_mem, stream)
+    else:
+        driver.launch(fn, launch.grid, launch.block, launch.args(ptrs), launch.shared_mem, stream)
+
+
+class NativeLauncher:
+    """Launches from the bridge's native code through the driver table's own launch entry
+    point (one binding; saves the ctypes call). Errors are raised by the driver, with the
+    same text as its own launch."""
+
+    def __init__(self, driver, bridge_launch):
+        self.driver, self._launch = driver, bridge_launch
+        self._entry, self._end = driver.launch_entry()
+
+    def __call__(self, fn, grid, block, args, shared_mem, stream):
+        self.driver.ensure_bound()
+        status = self._launch(self._entry, self._end, fn.value, grid[0], grid[1], grid[2],
+                              block[0], block[1], block[2], shared_mem,
+                              stream.value if stream is not None else 0, args)
+        if status:
+            self.driver.launch_failed(status, fn, grid, block, args, shared_mem, stream)
+
+    @classmethod
+    def for_driver(cls, driver):
+        """A native launcher, or None where the driver has no launch entry (the host driver)
+        or ``MLX_AMD_NATIVE_LAUNCH=0`` asks for ctypes launches."""
+        import os
+
+        if os.environ.get("MLX_AMD_NATIVE_LAUNCH", "1") == "0" or driver.platform == "host":
+            return None
+        from . import bridge
+
+        return cls(driver, bridge.launch)

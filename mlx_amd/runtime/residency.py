@@ -39,6 +39,16 @@ SMALL_UPLOAD = 4096          # bytes: uploads up to this size are staged (see _s
 STAGE_BYTES = 1 << 20
 
 
+class _Slab:
+    """One device block shared by several small uploads (``upload_small``); freed with the
+    last of them."""
+
+    __slots__ = ("block", "users")
+
+    def __init__(self, block, users):
+        self.block, self.users = block, users
+
+
 class _Rec:
     __slots__ = ("key", "nbytes", "host_ptr", "dev_ptr", "host", "dev", "ours", "shared",
                  "lo", "hi", "dev_valid")
@@ -166,16 +176,20 @@ class Residency:
         self.upload_bytes += rec.nbytes
 
     def _staged(self, host_ptr: int, n: int, stream) -> int:
+        dst = self._staged_region(n, stream)
+        self.driver.host_copy(dst, host_ptr, n)
+        return dst
+
+    def _staged_region(self, n: int, stream) -> int:
+        """n bytes of the pinned staging arena, free of copies still reading them."""
         if self._stage is None:
             self._stage = self.host_pool.alloc(STAGE_BYTES)
         off = (self._stage_off + 255) & ~255
         if off + n > STAGE_BYTES:   # full: wait for the copies still reading it
             self.driver.stream_synchronize(stream)
             off = 0
-        dst = self._stage.data + off
-        self.driver.host_copy(dst, host_ptr, n)
         self._stage_off = off + n
-        return dst
+        return self._stage.data + off
 
     def synchronized(self) -> None:
         """The evaluator's stream is idle: the staging arena can be reused from the start."""
@@ -254,7 +268,46 @@ class Residency:
     def _drop(self, rec: _Rec) -> None:
         del self._recs[rec.key]
         self._dirty.discard(rec.key)
-        self.device_pool.free(rec.dev)
+        dev = rec.dev
+        if type(dev) is _Slab:
+            dev.users -= 1
+            if dev.users == 0:
+                self.device_pool.free(dev.block)
+        else:
+            self.device_pool.free(dev)
+
+    def upload_small(self, items, stream) -> None:
+        """Upload many small MLX-owned buffers (scalar constants: every ``x * 2.0`` makes one)
+        with one host->device copy: [(key, host_data_ptr, nbytes)], none tracked yet, each at
+        most SMALL_UPLOAD bytes. They share one device block, freed with the last of them."""
+        if not items:
+            return
+        if stream is None or self.unified or len(items) == 1:
+            for key, hp, n in items:
+                self.device_ptr(key, hp, n, stream)
+            return
+        offs, total = [], 0
+        for _, _, n in items:
+            total = (total + 15) & ~15     # element alignment for every dtype, 16-byte vectors
+            offs.append(total)
+            total += max(n, 1)
+        if total > STAGE_BYTES // 2:
+            for key, hp, n in items:
+                self.device_ptr(key, hp, n, stream)
+            return
+        block = self.device_pool.alloc(total)
+        slab = _Slab(block, len(items))
+        stage = self._staged_region(total, stream)
+        copy = self.driver.host_copy
+        recs = self._recs
+        for (key, hp, n), off in zip(items, offs):
+            if n:
+                copy(stage + off, hp, n)
+            rec = _Rec(key, n, hp, block.data + off, None, slab, False, False)
+            recs[key] = rec
+        self.driver.memcpy_htod(block.data, stage, total, stream)
+        self.uploads += len(items)
+        self.upload_bytes += sum(n for _, _, n in items)
 
     def expired(self, keys: Iterable[int]) -> None:
         """MLX-owned host buffers died: drop their device copies (unknown keys are ignored)."""

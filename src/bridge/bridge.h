@@ -92,6 +92,14 @@ nb::tuple int_tuple(const V& v) {
   return nb::steal<nb::tuple>(t);
 }
 
+// ---------------------------------------------------------------- launches
+// One kernel launch through the driver's launch entry point (by address); returns
+// the driver's status.
+int native_launch(uintptr_t entry, intptr_t param_end, uintptr_t function,
+                  unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                  unsigned bz, unsigned shared_mem, uintptr_t stream,
+                  const nb::bytes& args);
+
 // ---------------------------------------------------------------- private access
 // Use count of array::array_desc_ (private). Reached through the standard
 // explicit-instantiation member-pointer technique, see graph.cpp.

@@ -61,6 +61,11 @@ NB_MODULE(_bridge, m) {
   m.def("expired", &mlx_amd::expired_keys,
         "Keys of watched buffers whose Data died since the last call (each once).");
 
+  m.def("launch", &mlx_amd::native_launch, "entry"_a, "param_end"_a, "function"_a,
+        "gx"_a, "gy"_a, "gz"_a, "bx"_a, "by"_a, "bz"_a, "shared_mem"_a, "stream"_a,
+        "args"_a,
+        "Launch a kernel through the driver entry point at `entry`; returns its status.");
+
   nb::class_<Graph>(m, "Graph",
                     "One walk of the unevaluated graph behind `outputs`.")
       .def(nb::init<const std::vector<mx::array>&, bool>(), "outputs"_a,

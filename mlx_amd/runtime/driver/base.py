@@ -129,6 +129,12 @@ class Driver:
     def module_get_function(self, module, name: str) -> object: raise NotImplementedError
     def launch(self, function, grid: tuple, block: tuple, args: bytes,
                shared_mem: int = 0, stream=None) -> None: raise NotImplementedError
+    # native launchers (runtime/launch.py NativeLauncher): the launch entry point's address
+    # and LAUNCH_PARAM_END; per-thread device binding; the error a failed launch raises
+    def launch_entry(self) -> tuple: raise NotImplementedError
+    def ensure_bound(self) -> None: raise NotImplementedError
+    def launch_failed(self, status: int, function, grid, block, args, shared_mem, stream) -> None:
+        raise NotImplementedError
 
     # --- errors -------------------------------------------------------------
     def error_string(self, code: int) -> tuple[str, str]: raise NotImplementedError  # (name, message)

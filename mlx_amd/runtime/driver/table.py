@@ -556,6 +556,25 @@ class TableDriver(Driver):
                    "module_get_function", "&function", module, repr(name))
         return f
 
+    def launch_entry(self) -> tuple:
+        """(address of the launch entry point, LAUNCH_PARAM_END) for native launchers; binds
+        this thread to the device first (as ``launch`` does)."""
+        if self._tls.device != self._device:
+            self._bind()
+        fn = self.lib.launch_kernel
+        return ctypes.cast(fn, ctypes.c_void_p).value, self.launch_param_end
+
+    def ensure_bound(self) -> None:
+        """Bind the calling thread to the device when it is not yet (cheap when it is)."""
+        if self._tls.device != self._device:
+            self._bind()
+
+    def launch_failed(self, status: int, function, grid, block, args, shared_mem, stream) -> None:
+        """Raise the error a launch returning ``status`` gets (native launches report here)."""
+        name = getattr(function, "kernel_name", function)
+        self.check(status, f"{self._symbol('launch_kernel')}({name}, grid={grid}, block={block}, "
+                   f"shared_mem={shared_mem}, stream={format_arg(stream)}, args=<{len(args or b'')} bytes>)")
+
     def launch(self, function, grid, block, args: bytes, shared_mem: int = 0, stream=None) -> None:
         if self._tls.device != self._device:
             self._bind()
@@ -575,9 +594,7 @@ class TableDriver(Driver):
         status = self.lib.launch_kernel(function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
                                         shared_mem, stream, None, extra)
         if status:
-            name = getattr(function, "kernel_name", function)
-            self.check(status, f"{self._symbol('launch_kernel')}({name}, grid={grid}, block={block}, "
-                       f"shared_mem={shared_mem}, stream={format_arg(stream)}, args=<{len(args or b'')} bytes>)")
+            self.launch_failed(status, function, grid, block, args, shared_mem, stream)
 
 
 __all__ = ["TABLE", "BY_NAME", "Entry", "Library", "make_check", "open_library", "symbols",
