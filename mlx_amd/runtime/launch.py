@@ -13,7 +13,14 @@ from __future__ import annotations
 import dataclasses
 import struct
 
-_POINTERS = [struct.Struct("<" + "Q" * n) for n in range(9)]
+_POINTERS: dict = {}
+
+
+def _pointers(n: int) -> struct.Struct:
+    st = _POINTERS.get(n)
+    if st is None:
+        st = _POINTERS[n] = struct.Struct("<" + "Q" * n)
+    return st
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +49,7 @@ class Launch:
         if len(ptrs) != self.n_ptrs:
             raise ValueError(f"{self.kernel} takes {self.n_ptrs} pointers, got {len(ptrs)}")
         try:
-            return _POINTERS[self.n_ptrs].pack(*ptrs) + self.tail
+            return _pointers(self.n_ptrs).pack(*ptrs) + self.tail
         except struct.error as e:
             raise ValueError(f"{self.kernel}: pointers must be non-negative 64-bit ints, got {ptrs!r}") from e
 

@@ -109,6 +109,13 @@ struct Entry {
   ViewKind view;
 };
 
+}  // namespace
+
+// Compiled: its fused tape as plain data (src/bridge/compiled.cpp).
+nb::object compiled_params(mx::Primitive& p);
+
+namespace {
+
 // Every class of primitives.h / fast_primitives.h with a state() accessor,
 // plus the view primitives without one. Keyed by the demangled name without
 // "mlx::core::". (fast::CustomKernel is Metal-only and left out.)
@@ -138,6 +145,7 @@ const std::unordered_map<std::string, Entry>& table() {
     PV(View, DtypeView)
     V(Copy, Share) V(StopGradient, Share) V(Depends, Depends)
     V(CustomTransforms, CustomTransforms) V(Contiguous, Contiguous)
+    (*m)["Compiled"] = Entry{&compiled_params, ViewKind::None};
 #undef P
 #undef PV
 #undef V
