@@ -13,7 +13,12 @@ and exits non-zero on any mismatch. It checks that:
   3. the enum values, launch-parameter constants and hipDeviceProp_t offsets that
      hip.py hard-codes equal what a C compiler computes from the same headers;
   4. with no GPU, the driver reports zero devices and a failing call raises a
-     clean HipError instead of crashing.
+     clean HipError instead of crashing;
+  5. the GEMM libraries (mlx_amd/runtime/blas/table.py): libhipblaslt exports every
+     hipBLASLt row, each prototype matches hipblaslt.h, and the enum values, struct
+     sizes and offsets lt.py hard-codes match what a C++ compiler computes; the same
+     for librocblas and rocblas.h when rocBLAS is installed (Debian: librocblas-dev;
+     reported, not failed, when it is missing unless --require-rocblas).
 
 The driver package is imported without running mlx_amd/__init__.py (which needs
 mlx): the parent packages are created by hand. The header parser here is plain
@@ -181,9 +186,11 @@ def check_prototypes(table, vendor: str, protos: dict, aliases: dict, tdefs: dic
 
 # --- compiled checks of constants and struct offsets -------------------------------------
 
-def compile_and_print(exprs: dict, includes: list, cflags: list, workdir: str) -> dict:
-    """Compile a C program printing each expression as a long long: {key: value}."""
-    cc = next((c for c in (os.environ.get("CC"), "clang-21", "clang", "cc", "gcc") if c and shutil.which(c)), None)
+def compile_and_print(exprs: dict, includes: list, cflags: list, workdir: str, lang: str = "c") -> dict:
+    """Compile a C (or C++) program printing each expression as a long long: {key: value}."""
+    names = ((os.environ.get("CC"), "clang-21", "clang", "cc", "gcc") if lang == "c"
+             else (os.environ.get("CXX"), "clang++-21", "clang++", "c++", "g++"))
+    cc = next((c for c in names if c and shutil.which(c)), None)
     if cc is None:
         raise RuntimeError("no C compiler found (set CC)")
     lines = [f"#include <{h}>" for h in ["stdio.h", "stddef.h"] + includes]
@@ -194,7 +201,8 @@ def compile_and_print(exprs: dict, includes: list, cflags: list, workdir: str) -
     src, exe = os.path.join(workdir, "consts.c"), os.path.join(workdir, "consts")
     with open(src, "w") as f:
         f.write("\n".join(lines) + "\n")
-    r = subprocess.run([cc, "-x", "c", *cflags, src, "-o", exe], capture_output=True, text=True)
+    r = subprocess.run([cc, "-x", "c" if lang == "c" else "c++", *cflags, src, "-o", exe],
+                       capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError(f"{cc} failed:\n{r.stderr[-3000:]}")
     out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
@@ -218,10 +226,108 @@ def hip_expected_constants(hip) -> tuple[dict, dict]:
     return exprs, want
 
 
+def blas_expected_constants(lt) -> tuple[dict, dict]:
+    """(C++ expression, value lt.py assumes) for hipBLASLt's enums and structs."""
+    k = lt.VENDORS["hip"]
+    exprs, want = {}, {}
+    names = {
+        "dtype": {dt: {"float32": "HIP_R_32F", "float64": "HIP_R_64F", "float16": "HIP_R_16F",
+                       "complex64": "HIP_C_32F", "bfloat16": "HIP_R_16BF"}[dt] for dt in k["dtype"]},
+        "compute": {"32F": "HIPBLAS_COMPUTE_32F", "64F": "HIPBLAS_COMPUTE_64F"},
+        "op": {"N": "HIPBLAS_OP_N", "T": "HIPBLAS_OP_T"},
+        "desc": {a: f"HIPBLASLT_MATMUL_DESC_{a}" for a in k["desc"]},
+        "layout": {a: f"HIPBLASLT_MATRIX_LAYOUT_{a}" for a in k["layout"]},
+        "pref": {a: f"HIPBLASLT_MATMUL_PREF_{a}" for a in k["pref"]},
+        "status": {v: n for v, n in ((v, n) for v, n in k["status"].items())},
+    }
+    for group, m in names.items():
+        for key, cname in m.items():
+            value = key if group == "status" else k[group][key]
+            exprs[cname], want[cname] = cname, value
+    res = "hipblasLtMatmulHeuristicResult_t"
+    for key, expr, value in (("algo_bytes", "sizeof(hipblasLtMatmulAlgo_t)", k["algo_bytes"]),
+                             ("result_bytes", f"sizeof({res})", k["result_bytes"]),
+                             ("ws_at", f"offsetof({res}, workspaceSize)", k["ws_at"]),
+                             ("state_at", f"offsetof({res}, state)", k["state_at"])):
+        exprs[expr.replace(" ", "")], want[expr.replace(" ", "")] = expr, value
+    return exprs, want
+
+
+def rocblas_expected_constants(rb) -> tuple[dict, dict]:
+    exprs, want = {}, {}
+    tn = {"float16": "f16_r", "float32": "f32_r", "float64": "f64_r", "complex64": "f32_c", "bfloat16": "bf16_r"}
+    for dt, v in rb.DTYPE.items():
+        exprs[f"rocblas_datatype_{tn[dt]}"], want[f"rocblas_datatype_{tn[dt]}"] = f"rocblas_datatype_{tn[dt]}", v
+    for key, v in (("rocblas_operation_none", rb.OP["N"]), ("rocblas_operation_transpose", rb.OP["T"]),
+                   ("rocblas_gemm_algo_standard", rb.GEMM_ALGO_STANDARD)):
+        exprs[key], want[key] = key, v
+    for v, n in rb.STATUS.items():
+        exprs[n], want[n] = n, v
+    return exprs, want
+
+
+def check_blas(include: str, no_compile: bool, require_rocblas: bool) -> list:
+    """Section 5: the hipBLASLt and rocBLAS rows of runtime/blas/table.py."""
+    from mlx_amd.runtime.blas import lt, rocblas as rb, table as bt
+    problems = []
+    hip_text = read_header([os.path.join(include, "hip", h) for h in ("library_types.h", "hip_runtime_api.h")
+                            if os.path.exists(os.path.join(include, "hip", h))])
+    for library, header_dir, header, status_t, consts, package in (
+            ("lt", "hipblaslt", "hipblaslt.h", r"hipblasStatus_t", blas_expected_constants(lt), "libhipblaslt-dev"),
+            ("rocblas", "rocblas", "rocblas.h", r"rocblas_status|const\s+char\s*\*",
+             rocblas_expected_constants(rb), "librocblas-dev")):
+        rows = bt.rows(library, "hip")
+        hdir = os.path.join(include, header_dir)
+        try:
+            lib = bt.load(library, "hip")
+        except Exception as e:
+            msg = f"{library}: library not loadable ({str(e).splitlines()[0]}); install {package}"
+            if library == "rocblas" and not require_rocblas:
+                print(f"NOTE: {msg}: rocBLAS rows not checked")
+                continue
+            problems.append(msg)
+            continue
+        missing = [f"{s} ({e.name})" for e in rows for s in bt.symbols(e, "hip") if not hasattr(lib._cdll, s)]
+        problems += [f"missing {library} symbol: {m}" for m in missing]
+        n = sum(len(bt.symbols(e, "hip")) for e in rows)
+        print(f"{library} symbols: {n - len(missing)}/{n} resolved in {lib.path}")
+        if not os.path.exists(os.path.join(hdir, header)):
+            msg = f"{library}: no {hdir}/{header}; install {package}"
+            if library == "rocblas" and not require_rocblas:
+                print(f"NOTE: {msg}")
+                continue
+            problems.append(msg)
+            continue
+        extra = [os.path.join(include, "hipblas-common", "hipblas-common.h")]
+        text = read_header([os.path.join(hdir, h) for h in sorted(os.listdir(hdir)) if h.endswith(".h")]
+                           + [p for p in extra if os.path.exists(p)]) + hip_text
+        tdefs = typedefs(text)
+        # hipblasLt handles and descriptors are pointers to opaque structs
+        protos = prototypes(text, status_t)
+        bad, checked = check_prototypes(rows, "hip", protos, macro_aliases(text), tdefs)
+        problems += bad
+        print(f"{library} prototypes: {checked - len(bad)}/{checked} match {hdir}/*.h")
+        if no_compile:
+            continue
+        exprs, want = consts
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                got = compile_and_print(exprs, [f"{header_dir}/{header}"],
+                                        ["-D__HIP_PLATFORM_AMD__", f"-I{include}", "-w"], tmp, lang="c++")
+            except (RuntimeError, subprocess.CalledProcessError) as e:
+                problems.append(f"{library} constant check could not run: {e}")
+                continue
+        bad = [f"{k}: blas has {want[k]}, the headers say {got.get(k)}" for k in want if got.get(k) != want[k]]
+        problems += bad
+        print(f"{library} constants/offsets: {len(want) - len(bad)}/{len(want)} match")
+    return problems
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--include", default="/usr/include", help="folder holding hip/hip_runtime_api.h")
     ap.add_argument("--no-compile", action="store_true", help="skip the compiled constant/offset check")
+    ap.add_argument("--require-rocblas", action="store_true", help="fail when rocBLAS is not installed")
     args = ap.parse_args(argv)
 
     drv_pkg = import_driver_package()
@@ -286,6 +392,9 @@ def main(argv=None) -> int:
             print(f"device 0: {p.name} {p.arch_full} wave{p.wave_size} {p.compute_units} CUs")
     except drv_pkg.DriverError as e:
         problems.append(f"device query raised {e}")
+
+    # 5. GEMM libraries
+    problems += check_blas(args.include, args.no_compile, args.require_rocblas)
 
     for p in problems:
         print(f"FAIL: {p}")

@@ -1,0 +1,27 @@
+// Argument struct of hip_kernels/gemv.hip (packed by mlx_amd/runtime/ops/matmul.py).
+// Plain C with fixed-width fields and explicit padding; checked against the packer by
+// tests/ops/test_matmul_plans.py.
+#pragma once
+
+#include <stdint.h>
+
+extern "C" {
+
+// y[b][r] = alpha * sum_k w[b][r][k] * x[b][k] (+ beta * y[b][r] when beta != 0).
+// w's rows are contiguous along k (element (r, k) at r * ldw + k); x has stride incx.
+struct GemvArgs {
+  const void* w;
+  const void* x;
+  void* y;
+  int64_t rows;
+  int64_t k;
+  int64_t ldw;       // elements between rows of w
+  int64_t incx;      // elements between x's entries
+  int64_t batch_w;   // elements between batches (grid.y)
+  int64_t batch_x;
+  int64_t batch_y;
+  float alpha;
+  float beta;
+};
+
+}  // extern "C"

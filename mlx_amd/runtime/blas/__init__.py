@@ -1,0 +1,112 @@
+"""The one GEMM interface: ``run(ctx, gemm, a, b, c, d, stream)``.
+
+Behind it, in order of preference for the device: hipBLASLt then rocBLAS on AMD,
+cuBLASLt on the NVIDIA test GPU (``lt.py``, ``rocblas.py``; calls from the one binding
+table in ``table.py``). ``run`` returns False when no library can take the problem (not
+installed, no kernel for this type/arch/alignment): the caller then runs our own
+portable kernel. A missing library is reported once, as a warning naming the package.
+
+``Gemm`` is one column-major strided-batched problem, pure data (plans carry it):
+D[m, n] = alpha * op(A) op(B) + beta * C, with C == D (ldc for both).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import warnings
+
+from ..driver.base import DriverUnavailable
+from .lt import NotSupported
+
+ENV = "MLX_AMD_BLAS"   # "auto" (default), or "none": never use a vendor library
+
+
+@dataclasses.dataclass(frozen=True)
+class Gemm:
+    dtype: str
+    m: int
+    n: int
+    k: int
+    trans_a: bool
+    trans_b: bool
+    lda: int
+    ldb: int
+    ldc: int
+    batch: int = 1
+    stride_a: int = 0     # elements
+    stride_b: int = 0
+    stride_c: int = 0
+    alpha: float = 1.0
+    beta: float = 0.0
+
+    def key(self) -> tuple:
+        return dataclasses.astuple(self)[:13]   # alpha/beta are call arguments, not the problem
+
+
+_lock = threading.Lock()
+_engines: dict = {}        # id(driver) -> (driver, {name: engine or the error it raised})
+_warned: set = set()
+
+
+def _factories(platform: str) -> list:
+    from .lt import LtEngine
+    if platform == "nvidia":
+        return [("lt", LtEngine)]
+    from .rocblas import RocblasEngine
+    return [("lt", LtEngine), ("rocblas", RocblasEngine)]
+
+
+def engines(ctx) -> list:
+    """The usable engines for ctx's driver, created on first use (missing ones skipped)."""
+    drv = ctx.driver
+    with _lock:
+        rec = _engines.get(id(drv))
+        if rec is None or rec[0] is not drv:
+            rec = _engines[id(drv)] = (drv, {})
+        out = []
+        for name, make in _factories(drv.platform):
+            eng = rec[1].get(name)
+            if eng is None:
+                try:
+                    eng = make(drv, ctx.residency.device_pool)
+                except DriverUnavailable as e:
+                    eng = e
+                rec[1][name] = eng
+            if isinstance(eng, Exception):
+                if name not in _warned:
+                    _warned.add(name)
+                    warnings.warn(f"mlx-amd: GEMM library unavailable, using the portable kernel: {eng}",
+                                  RuntimeWarning, stacklevel=3)
+                continue
+            out.append(eng)
+        return out
+
+
+def run(ctx, g: Gemm, a: int, b: int, c: int, d: int, stream) -> bool:
+    """Run ``g`` through the first library that takes it; False if none does."""
+    if os.environ.get(ENV, "auto") == "none":
+        return False
+    arch = getattr(ctx.props, "arch", "")
+    for eng in engines(ctx):
+        if not eng.supports(g.dtype, arch):
+            continue
+        try:
+            eng.matmul(g, a, b, c, d, stream)
+            return True
+        except NotSupported:
+            continue
+    return False
+
+
+def close_all() -> None:
+    with _lock:
+        for drv, engs in _engines.values():
+            for e in engs.values():
+                if not isinstance(e, Exception):
+                    e.close()
+        _engines.clear()
+
+
+__all__ = ["Gemm", "run", "engines", "close_all", "NotSupported"]
