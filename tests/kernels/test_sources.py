@@ -18,8 +18,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SRC = os.path.join(REPO, "hip_kernels")
 INCLUDE = os.path.join(SRC, "include")
 GENERATED = [f for f in kt.families() if kt.instantiation_source(f)]
-NAME = re.compile(r"^(unary|binary|copy)_(v|g|t|ss|sv|vs|vv)(_[a-z0-9]+)*_i?(bool|uint8|uint32|int32|int64|float16|bfloat16|float32)"
-                  r"_(bool|uint8|uint32|int32|int64|float16|bfloat16|float32)(_i64)?$")
+_DT = "(bool|u?int(8|16|32|64)|float16|bfloat16|float32|float64|complex64)"
+NAME = re.compile(rf"^(unary|binary|copy)_(v|g|t|sv|vs|vv)(_[a-z0-9]+)*_{_DT}_{_DT}(_i64)?$")
 
 
 def test_names_unique_and_well_formed():
@@ -31,7 +31,7 @@ def test_names_unique_and_well_formed():
             assert n not in seen, f"{n} in both {seen.get(n)} and {fam}"
             seen[n] = fam
             assert n.startswith(fam + "_")
-            if fam != "smoke":
+            if fam in ("unary", "binary", "copy"):   # other families name their own layouts
                 assert NAME.match(n), n
                 assert kt.has_kernel(fam, n)
 
@@ -46,12 +46,16 @@ def test_generated_source_matches_names():
 def test_table_dtypes_and_ops():
     from mlx_amd.runtime.plan import DTYPES
     assert set(kt.CTYPES) == set(DTYPES)   # every MLX dtype has a storage type
-    for op, (_, dts) in kt.UNARY.items():
-        assert set(dts) <= set(kt.CTYPES), op
+    for op, (_, dts, out) in kt.UNARY.items():
+        assert set(dts) <= set(kt.CTYPES) and (out is None or out in kt.CTYPES), op
     for op, (_, dts, out) in kt.BINARY.items():
         assert set(dts) <= set(kt.CTYPES) and (out is None or out in kt.CTYPES), op
-    # every copy pair: contiguous, strided (both index widths) and tiled transpose
-    assert len(kt.kernel_names("copy")) == len(kt.COPY_DTYPES) ** 2 * 4
+    # copy: every conversion contiguous, the common ones strided and tiled, and one
+    # same-dtype copy per element size (the only 64-bit-index strided kernels)
+    n, s = len(kt.COPY_DTYPES), len(kt.COPY_STRIDED_DTYPES)
+    assert len(kt.kernel_names("copy")) == n * (n - 1) + 2 * s * (s - 1) + 4 * len(kt.COPY_SIZES)
+    large = [k for f in ("unary", "binary", "copy") for k in kt.kernel_names(f) if k.endswith("_i64")]
+    assert sorted(large) == sorted(f"copy_g_{d}_{d}_i64" for d in kt.COPY_SIZES)
 
 
 @pytest.mark.parametrize("family", kt.families())
@@ -81,7 +85,8 @@ def test_primitive_tables_name_mlx_classes():
     for mod, ops in ((unary, kt.UNARY), (binary, kt.BINARY)):
         for prim, op in mod.PRIMITIVES.items():
             assert prim in classes, prim
-            assert op in ops, (prim, op)
+            assert op in ops or prim in ("BitwiseBinary", "DivMod"), (prim, op)
+    assert {binary.op_for("BitwiseBinary", (k,)) for k in range(5)} <= set(kt.BINARY)
     for prim in copy.PRIMITIVES:
         assert prim in classes, prim
     assert {unary.op_for("Log", (b,)) for b in range(3)} <= set(kt.UNARY)

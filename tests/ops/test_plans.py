@@ -17,6 +17,7 @@ from mlx_amd.runtime.launch import Launch, run
 from mlx_amd.runtime.ops import binary, copy, unary
 from mlx_amd.runtime.ops import elementwise as ew
 from mlx_amd.runtime.ops.elementwise import Layout
+from mlx_amd.runtime import plan as plan_mod
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -134,7 +135,7 @@ def test_unary_op_for_parameters():
 def test_unary_unsupported_is_none():
     i = R((5,), "int32")
     f = R((5,), "float32")
-    assert unary.plan("exp", (i,), i, DEV) is None             # no integer exp kernel
+    assert unary.plan("exp", (i,), i, DEV) is None             # no integer exp kernel (MLX promotes)
     assert unary.plan("exp", (f,), R((5,), "float16"), DEV) is None   # dtype change
     assert unary.plan("nope", (f,), f, DEV) is None
     assert unary.plan("exp", (f, f), f, DEV) is None
@@ -150,12 +151,89 @@ def test_unary_unsupported_is_none():
 def test_index_width():
     small = Layout.strided((1000, 1000), (1, 1000), "float32")
     assert not unary.plan("exp", (small,), R((1000, 1000), "float32"), DEV).kernel.endswith("_i64")
-    # fewer than 2^31 elements, but offsets beyond 32 bits
+    # fewer than 2^31 elements, but offsets beyond 32 bits: no single unary kernel; a
+    # same-size 64-bit copy into a temporary, then the contiguous kernel on it
     wide = Layout.strided((2, 1000), (2**31, 1), "float32")
-    assert unary.plan("exp", (wide,), R((2, 1000), "float32"), DEV).kernel.endswith("_i64")
+    out = R((2, 1000), "float32")
+    assert unary.plan("exp", (wide,), out, DEV) is None
+    steps, temps = unary.plan_steps("exp", (wide,), out, DEV)
+    assert [s.kernel for s in steps] == ["copy_g_uint32_uint32_i64", "unary_v_exp_float32_float32"]
+    assert steps[0].refs == (plan_mod.inp(0), plan_mod.tmp(0)) and steps[1].refs == (plan_mod.tmp(0), plan_mod.out(0))
+    assert temps == (2000 * 4,)
     big = (2**16, 2**15 + 1)
     t = transposed(big[::-1], "bfloat16", (1, 0))
-    assert unary.plan("exp", (t,), R(big, "bfloat16"), DEV).kernel.endswith("_i64")
+    steps, temps = unary.plan_steps("exp", (t,), R(big, "bfloat16"), DEV)
+    assert steps[0].kernel == "copy_g_uint16_uint16_i64" and temps == (big[0] * big[1] * 2,)
+    # binary: only the strided operand is copied; the dense one is read in place
+    steps, temps = binary.plan_steps("add", (wide, out), out, DEV)
+    assert [s.kernel for s in steps] == ["copy_g_uint32_uint32_i64", "binary_vv_add_float32_float32"]
+    assert steps[1].refs == (plan_mod.tmp(0), plan_mod.inp(1), plan_mod.out(0))
+    node = plan_mod.Node("Add", (), (wide, out), (out,))
+    p = binary.plan_node(node, DEV)
+    assert p.temps == (8000,) and p.donate == ((0, 0), (0, 1))
+
+
+def test_new_dtypes_and_size_grouping():
+    # int32 add and float32/int32 copies share kernels by element size
+    i = R((6,), "int32")
+    assert binary.plan("add", (i, i), i, DEV).kernel == "binary_vv_add_uint32_uint32"
+    assert binary.plan("less", (i, i), R((6,), "bool"), DEV).kernel == "binary_vv_less_int32_bool"
+    assert binary.plan("equal", (R((6,), "bool"),) * 2, R((6,), "bool"), DEV).kernel == "binary_vv_equal_uint8_bool"
+    assert copy.plan("copy", (transposed((4, 6), "float32", (1, 0)),), R((6, 4), "float32"), DEV).kernel == \
+        "copy_g_uint32_uint32"
+    assert copy.plan("astype", (R((5,), "int32"),), R((5,), "int32"), DEV).kernel == "copy_v_uint32_uint32"
+    # new dtypes
+    c = R((5,), "complex64")
+    assert unary.plan("Abs", (c,), R((5,), "float32"), DEV).kernel == "unary_v_abs_c_complex64_float32"
+    assert unary.plan("Real", (c,), R((5,), "float32"), DEV).kernel == "unary_v_real_complex64_float32"
+    assert unary.plan("Exp", (c,), c, DEV).kernel == "unary_v_exp_complex64_complex64"
+    assert binary.plan("Multiply", (c, c), c, DEV).kernel == "binary_vv_multiply_complex64_complex64"
+    d = R((5,), "float64")
+    assert binary.plan("Add", (d, d), d, DEV).kernel == "binary_vv_add_float64_float64"
+    # abs of unsigned / floor of integers are the identity: a copy
+    u = R((5,), "uint16")
+    assert unary.plan("Abs", (u,), u, DEV).kernel == "copy_v_uint16_uint16"
+    assert unary.plan("Floor", (R((5,), "int8"),), R((5,), "int8"), DEV).family == "copy"
+    # bitwise: op from the enum, shared by size; right shift keeps signedness
+    i8 = R((5,), "int8")
+    assert binary.plan("BitwiseBinary", (i8, i8), i8, DEV, params=(0,)).kernel == "binary_vv_bitwise_and_uint8_uint8"
+    assert binary.plan("BitwiseBinary", (i8, i8), i8, DEV, params=(3,)).kernel == "binary_vv_left_shift_uint8_uint8"
+    assert binary.plan("BitwiseBinary", (i8, i8), i8, DEV, params=(4,)).kernel == "binary_vv_right_shift_int8_int8"
+    assert binary.plan("BitwiseBinary", (d, d), d, DEV, params=(0,)) is None
+    assert unary.plan("BitwiseInvert", (R((5,), "int64"),), R((5,), "int64"), DEV).kernel == \
+        "unary_v_bitwise_invert_uint64_uint64"
+    # float16 floor_divide floors the 16-bit quotient
+    h = R((5,), "float16")
+    assert binary.plan("FloorDivide", (h, h), h, DEV).kernel == "binary_vv_floor_divide_r_float16_float16"
+    # scalar layouts for rare dtypes go through the strided kernel
+    s8 = broadcast((5,), "int8", ())
+    assert binary.plan("maximum", (s8, i8), i8, DEV).kernel == "binary_g_maximum_int8_int8"
+    # strided conversions outside the common dtypes: copy then convert
+    t = transposed((4, 6), "float64", (1, 0))
+    assert copy.plan("astype", (t,), R((6, 4), "int16"), DEV) is None
+    steps, temps = copy.plan_steps("astype", (t,), R((6, 4), "int16"), DEV)
+    assert [s.kernel for s in steps] == ["copy_g_uint64_uint64", "copy_v_float64_int16"] and temps == (192,)
+
+
+def test_divmod_plan(c_layout):
+    a = R((4, 6), "int32")
+    b = broadcast((4, 6), "int32", (1, 6))
+    node = plan_mod.Node("DivMod", (), (a, a), (a, a))
+    p = binary.plan_node(node, DEV)
+    (l,) = p.steps
+    assert l.kernel == "binary_vv_divmod_int32_int32" and l.n_ptrs == 4
+    assert l.refs == (plan_mod.inp(0), plan_mod.inp(1), plan_mod.out(0), plan_mod.out(1)) and p.donate == ()
+    blob = l.args((1, 2, 3, 4))
+    assert len(blob) == c_layout[("DivModVArgs", "sizeof")]
+    assert _field(blob, c_layout, "DivModVArgs", "n", "q") == (24,)
+    p = binary.plan_node(plan_mod.Node("DivMod", (), (a, b), (a, a)), DEV)
+    (l,) = p.steps
+    assert l.kernel == "binary_g_divmod_int32_int32"
+    blob = l.args((1, 2, 3, 4))
+    assert len(blob) == c_layout[("DivModGArgs", "sizeof")]
+    assert _field(blob, c_layout, "DivModGArgs", "ndim", "i") == (2,)
+    assert _field(blob, c_layout, "DivModGArgs", "b_strides", "2q") == (1, 0)
+    assert binary.plan_node(plan_mod.Node("DivMod", (), (a, a), (a,)), DEV) is None
 
 
 # ---------------------------------------------------------------- binary
@@ -166,10 +244,10 @@ def test_binary_layout_choice(a_kind, b_kind):
     mk = {"s": broadcast(shape, "float32", ()), "v": out,
           "t": transposed(shape[::-1], "float32", (1, 0))}
     p = binary.plan("add", (mk[a_kind], mk[b_kind]), out, DEV)
-    if "t" in (a_kind, b_kind):
+    if "t" in (a_kind, b_kind) or (a_kind, b_kind) == ("s", "s"):   # ss: zero strides
         assert p.kernel == "binary_g_add_float32_float32"
         n, (sa, sb), dims, ndim = tail_fields(p, 2)
-        assert n == 16 * 24 and ndim == 2
+        assert n == 16 * 24 and ndim == (1 if a_kind == b_kind == "s" else 2)
     else:
         assert p.kernel == f"binary_{a_kind}{b_kind}_add_float32_float32"
         assert p.tail == struct.pack("<q", 16 * 24) and p.n_ptrs == 3
@@ -203,29 +281,45 @@ def test_copy_plans():
     # reshape of a transposed view reads in the input's row-major order
     p = copy.plan("Reshape", (src,), R((24,), "float32"), DEV)
     n, (st,), dims, ndim = tail_fields(p, 1)
-    assert p.kernel == "copy_g_float32_float32" and dims[:2] == (6, 4) and st[:2] == (4, 1)
-    assert copy.plan("Reshape", (R((4, 6), "int32"),), R((24,), "int32"), DEV).kernel == "copy_v_int32_int32"
+    assert p.kernel == "copy_g_uint32_uint32" and dims[:2] == (6, 4) and st[:2] == (4, 1)
+    assert copy.plan("Reshape", (R((4, 6), "int32"),), R((24,), "int32"), DEV).kernel == "copy_v_uint32_uint32"
     assert copy.plan("copy", (R((4, 6), "int32"),), R((4, 6), "float32"), DEV) is None
-    assert copy.plan("astype", (R((4,), "float64"),), R((4,), "float32"), DEV) is None
+    assert copy.plan("astype", (R((4,), "float64"),), R((4,), "float32"), DEV).kernel == "copy_v_float64_float32"
     assert copy.plan("Reshape", (R((4, 6), "int32"),), R((25,), "int32"), DEV) is None
 
 
 def test_every_planned_kernel_is_in_the_table():
     shapes = [(), (1,), (7,), (3, 5), (2, 3, 4)]
+    families = {"unary": unary, "binary": binary, "copy": copy}
+
+    def ok(p):
+        return p is not None and kt.has_kernel(p.family, p.kernel)
+
     for shape in shapes:
-        for op, (_, dtypes) in kt.UNARY.items():
-            for dt in dtypes:
-                for x in (R(shape, dt), broadcast(shape, dt, ())):
-                    p = unary.plan(op, (x,), R(shape, dt), DEV)
-                    assert p is not None and kt.has_kernel("unary", p.kernel), (op, dt, shape)
+        for prim, op in unary.PRIMITIVES.items():
+            for dt in kt.CTYPES:
+                want = "float32" if (op in ("real", "imag") or (op == "abs" and dt == "complex64")) else dt
+                for x in (R(shape, dt), broadcast(shape, dt, ()), transposed(shape[::-1], dt, tuple(range(len(shape)))[::-1])):
+                    p = unary.plan(op, (x,), R(shape, want), DEV)
+                    served = kt.unary_kernel_dtype("abs_c" if (op == "abs" and dt == "complex64") else op, dt) \
+                        or dt in kt.UNARY_IDENTITY.get(op, ())
+                    assert (p is not None) == bool(served), (op, dt)
+                    assert p is None or ok(p), (op, dt, shape, p.kernel)
         for op, (_, dtypes, o) in kt.BINARY.items():
-            for dt in dtypes:
+            for dt in kt.CTYPES:
+                if kt.binary_kernel_dtype(op, dt) is None:
+                    continue
                 for a, b in itertools.product((R(shape, dt), broadcast(shape, dt, ())), repeat=2):
                     p = binary.plan(op, (a, b), R(shape, o or dt), DEV)
-                    assert p is not None and kt.has_kernel("binary", p.kernel), (op, dt, shape)
-        for s, d in itertools.product(kt.COPY_DTYPES, repeat=2):
-            p = copy.plan("astype", (broadcast(shape, s, ()),), R(shape, d), DEV)
-            assert p is not None and kt.has_kernel("copy", p.kernel)
+                    assert ok(p), (op, dt, shape)
+        for s, d in itertools.product(kt.CTYPES, repeat=2):
+            for x in (broadcast(shape, s, ()), R(shape, s)):
+                steps, _ = copy.plan_steps("astype", (x,), R(shape, d), DEV)
+                assert all(kt.has_kernel(st.family, st.kernel) for st in steps), (s, d, shape)
+        for dt in kt.DIVMOD_DTYPES:
+            for a in (R(shape, dt), broadcast(shape, dt, ())):
+                p = binary.plan_node(plan_mod.Node("DivMod", (), (a, R(shape, dt)), (R(shape, dt),) * 2), DEV)
+                assert all(kt.has_kernel(st.family, st.kernel) for st in p.steps)
 
 
 # ---------------------------------------------------------------- geometry and run
@@ -294,6 +388,9 @@ int main() {
   Z(BinaryVArgs) F(BinaryVArgs, a) F(BinaryVArgs, b) F(BinaryVArgs, out) F(BinaryVArgs, n)
   Z(BinaryGArgs) F(BinaryGArgs, a) F(BinaryGArgs, b) F(BinaryGArgs, out) F(BinaryGArgs, n)
   F(BinaryGArgs, a_strides) F(BinaryGArgs, b_strides) F(BinaryGArgs, shape) F(BinaryGArgs, ndim)
+  Z(DivModVArgs) F(DivModVArgs, a) F(DivModVArgs, b) F(DivModVArgs, q) F(DivModVArgs, r) F(DivModVArgs, n)
+  Z(DivModGArgs) F(DivModGArgs, q) F(DivModGArgs, r) F(DivModGArgs, n) F(DivModGArgs, a_strides)
+  F(DivModGArgs, b_strides) F(DivModGArgs, shape) F(DivModGArgs, ndim)
   Z(CopyTArgs) F(CopyTArgs, in) F(CopyTArgs, out) F(CopyTArgs, rows) F(CopyTArgs, cols)
   F(CopyTArgs, batch) F(CopyTArgs, in_row_stride) F(CopyTArgs, in_col_stride) F(CopyTArgs, in_batch_stride)
   std::printf("MLXA_MAX_DIMS value %d\n", MLXA_MAX_DIMS);
@@ -376,7 +473,7 @@ def test_transposes_take_the_tiled_copy(c_layout):
     # batched: (3, 40, 24) from (3, 24, 40)
     b = Layout.strided((3, 40, 24), (960, 1, 40), "int32")
     p = copy.plan("copy", (b,), R((3, 40, 24), "int32"), DEV)
-    assert p.kernel == "copy_t_int32_int32"
+    assert p.kernel == "copy_t_uint32_uint32"
     assert _field(p.args((1, 2)), c, "CopyTArgs", "batch", "q") == (3,)
     # small edges and reshapes keep the strided kernel
     assert copy.plan("copy", (transposed((8, 40), "int32", (1, 0)),), R((40, 8), "int32"),

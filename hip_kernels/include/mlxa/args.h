@@ -56,6 +56,29 @@ struct BinaryGArgs {
   int32_t pad_;
 };
 
+// DivMod, both inputs contiguous: q = floor_divide(a, b), r = remainder(a, b)
+struct DivModVArgs {
+  const void* a;
+  const void* b;
+  void* q;
+  void* r;
+  int64_t n;
+};
+
+// DivMod, strided/broadcast inputs (32-bit indices; larger goes through copies)
+struct DivModGArgs {
+  const void* a;
+  const void* b;
+  void* q;
+  void* r;
+  int64_t n;
+  int64_t a_strides[MLXA_MAX_DIMS];
+  int64_t b_strides[MLXA_MAX_DIMS];
+  int32_t shape[MLXA_MAX_DIMS];
+  int32_t ndim;
+  int32_t pad_;
+};
+
 // copy of a (batched) transpose: out[b][r][c] = in[b*in_batch_stride + r*in_row_stride +
 // c*in_col_stride] with in_row_stride == 1 (the input walks along the output's columns)
 struct CopyTArgs {

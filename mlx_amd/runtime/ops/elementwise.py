@@ -128,3 +128,33 @@ def transpose_launch(family, kernel, rows, cols, batch, strides, device) -> Laun
 def strided_launch(family, kernel, n, ptrs, shape, strides, device) -> Launch:
     grid, block = grid_for(n, device)
     return Launch(family, kernel, grid, block, 0, ptrs, g_tail(n, shape, *strides))
+
+
+# ---- arrays past 32-bit indices: a same-size strided copy into a contiguous temporary
+def dense_copy_launch(lay: Layout, shape, src_ref, dst_ref, device):
+    """Launch of the identity copy (by element size) of ``lay`` read as ``shape`` in
+    row-major order into a contiguous buffer; 64-bit indices when needed. None beyond
+    MAX_DIMS collapsed dimensions."""
+    import dataclasses
+
+    n = 1
+    for d in shape:
+        n *= d
+    cshape, (st,) = collapse_dims(shape, lay.strides)
+    if len(cshape) > MAX_DIMS:
+        return None
+    sz = kt.SIZED[lay.dtype]
+    name = kt.kernel_name("copy", "g", None, sz, sz, needs_i64(n, cshape, st))
+    launch = strided_launch("copy", name, n, 2, cshape, (st,), device)
+    return dataclasses.replace(launch, refs=(src_ref, dst_ref))
+
+
+def with_refs(launch: Launch, refs) -> Launch:
+    import dataclasses
+
+    return dataclasses.replace(launch, refs=tuple(refs))
+
+
+_DIVMOD = struct.Struct("<q")
+ARG_STRUCTS["DivModVArgs"] = (4, 4 * 8 + 8)
+ARG_STRUCTS["DivModGArgs"] = (4, 4 * 8 + 8 + 2 * MAX_DIMS * 8 + MAX_DIMS * 4 + 8)
