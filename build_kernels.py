@@ -6,10 +6,15 @@
     python build_kernels.py --target nvidia      # sm_90 cubin + compute_90 PTX only
     python build_kernels.py --list               # targets, families, what is stale
     python build_kernels.py check                # verify the built files against the table
+    python build_kernels.py report --markdown docs/kernel-resources.md --json FILE
     python build_kernels.py --clean
 
-Output: ``mlx_amd/kernels/<target>/<family>.{co,cubin,ptx}`` and
-``mlx_amd/kernels/manifest.json`` (see ``write_manifest``). Stdlib only; it loads
+Output: ``mlx_amd/kernels/<target>/<family>.{co,cubin,ptx}.xz`` and
+``mlx_amd/kernels/manifest.json`` (see ``write_manifest``). Every file is stored
+xz-compressed (lzma preset 6: code objects, cubins and PTX shrink 15-30x, and a
+4 MB object decompresses in ~25 ms, once per family and process); the manifest
+records the sha256 of the stored file and of the decompressed image, and the
+loader checks the image against it. Stdlib only; it loads
 ``mlx_amd/runtime/kernel_table.py`` and ``mlx_amd/runtime/elf.py`` by file path, so
 it never imports mlx.
 
@@ -37,6 +42,14 @@ default /var/cache/rocm-sid-root; needs root), entered once per build: all AMD
 compiles of a build run there as one batch. nvcc from PATH, $CUDA_HOME or
 /usr/local/cuda*/bin.
 
+Check (``check``, and after every build for its own targets): the manifest agrees
+with the kernel table, every file decompresses to its recorded image, the image
+exports every kernel and is built for the right arch and code-object version, and
+no AMD kernel uses scratch (private segment, dynamic stack, VGPR spills), exceeds
+the arch's LDS or workgroup limit, or runs at a wave width other than the arch's
+(see ``AMD_ARCH_LIMITS``). ``report`` summarises registers, LDS, scratch and the
+implied occupancy per family and arch.
+
 Incremental: an output is rebuilt only when its key changes: the family's source,
 any header under hip_kernels/include, the generated ``<family>.inc``, the compiler
 version or the flags. Keys live in ``build/kernels/stamps``; ``--cache-dir`` (or
@@ -47,13 +60,17 @@ restores unchanged objects into a clean clone without compiling.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import dataclasses
 import fcntl
 import glob
 import hashlib
 import json
+import lzma
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,7 +88,11 @@ AMD_ARCHS = ("gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1
              "gfx1102", "gfx1150", "gfx1151", "gfx1200", "gfx1201")
 GENERIC_ARCHS = ("gfx9-4-generic", "gfx11-generic", "gfx12-generic")
 NVIDIA_TARGETS = ("sm_90",)
-MANIFEST_VERSION = 1
+# 2: files stored xz-compressed, entries carry image_sha256/image_size (v1: plain files).
+MANIFEST_VERSION = 2
+COMPRESSION = "xz"
+COMPRESSED_SUFFIX = ".xz"
+XZ_PRESET = 6  # 8 MiB dictionary: 9/9e save < 2% more on our objects and cost 2-3x the time
 # Bump when the build rules change in a way the flags below do not show.
 RULES_VERSION = 1
 
@@ -102,10 +123,18 @@ def amd_code_object_version(arch: str) -> int:
 
 
 def outputs_for(family: str, target: str) -> dict:
-    """{role: path relative to the kernel dir} of one (family, target)."""
+    """{role: path relative to the kernel dir} of one (family, target): the stored,
+    compressed files; ``compiled_name`` gives the compiler's name for each."""
     if kind_of(target) == "amd":
-        return {"file": f"{target}/{family}.co"}
-    return {"file": f"{target}/{family}.cubin", "ptx": f"{target}/{family}.ptx"}
+        return {"file": f"{target}/{family}.co{COMPRESSED_SUFFIX}"}
+    return {"file": f"{target}/{family}.cubin{COMPRESSED_SUFFIX}",
+            "ptx": f"{target}/{family}.ptx{COMPRESSED_SUFFIX}"}
+
+
+def compiled_name(rel: str) -> str:
+    """The file name the compiler writes for a stored output (``gfx942/unary.co.xz`` -> ``unary.co``)."""
+    name = Path(rel).name
+    return name[:-len(COMPRESSED_SUFFIX)] if name.endswith(COMPRESSED_SUFFIX) else name
 
 
 def select_targets(arch: str | None, target: str, generic: bool) -> list:
@@ -136,13 +165,13 @@ def compile_argv(target: str, family: str, src: Path, include_dirs: list, out_di
     if kind_of(target) == "amd":
         flags = AMD_FLAGS + [f"--offload-arch={target}",
                              f"-mcode-object-version={amd_code_object_version(target)}"]
-        return [flags + inc + ["-o", str(out_dir / Path(outs["file"]).name), str(src)]]
+        return [flags + inc + ["-o", str(out_dir / compiled_name(outs["file"])), str(src)]]
     # PTX first, then the cubin from that PTX: nvcc's own pipeline (front end -> PTX ->
     # ptxas) run once instead of twice; the cubin is identical to a direct -cubin build.
     sm = target.split("_", 1)[1]
-    ptx = str(out_dir / Path(outs["ptx"]).name)
+    ptx = str(out_dir / compiled_name(outs["ptx"]))
     return [NVCC_FLAGS + [f"-arch=compute_{sm}", "-ptx"] + inc + ["-o", ptx, str(src)],
-            ["-O3", f"-arch=sm_{sm}", "-cubin", "-o", str(out_dir / Path(outs["file"]).name), ptx]]
+            ["-O3", f"-arch=sm_{sm}", "-cubin", "-o", str(out_dir / compiled_name(outs["file"])), ptx]]
 
 
 def flag_signature(target: str) -> list:
@@ -159,6 +188,23 @@ def sha256_bytes(b: bytes) -> str:
 
 def sha256_file(p: Path) -> str:
     return sha256_bytes(p.read_bytes())
+
+
+def compress(image: bytes) -> bytes:
+    return lzma.compress(image, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=XZ_PRESET)
+
+
+def decompress(data: bytes) -> bytes:
+    """The image of a stored file; BuildError when it is not a whole xz stream."""
+    try:
+        d = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+        image = d.decompress(data)
+    except lzma.LZMAError as e:
+        raise BuildError(f"does not decompress ({e})") from None
+    if not d.eof or d.unused_data:
+        raise BuildError("does not decompress (truncated xz stream)" if not d.eof
+                         else "does not decompress (bytes after the xz stream)")
+    return image
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -392,14 +438,31 @@ class Project:
     def stamp_path(self, family: str, target: str) -> Path:
         return self.build_dir / "stamps" / target / f"{family}.json"
 
-    def read_manifest(self) -> dict:
+    def read_raw_manifest(self) -> dict:
+        """The manifest as stored, whatever its version ({} when there is none)."""
         if not self.manifest_path.is_file():
             return {}
         try:
             m = json.loads(self.manifest_path.read_text())
         except ValueError as e:
             raise BuildError(f"{self.manifest_path} is not valid JSON ({e}); run with --clean") from e
+        if not isinstance(m, dict):
+            raise BuildError(f"{self.manifest_path} is not a JSON object; run with --clean")
+        return m
+
+    def read_manifest(self) -> dict:
+        """The manifest when it has this script's format, else {} (older ones are rebuilt)."""
+        m = self.read_raw_manifest()
         return m if m.get("version") == MANIFEST_VERSION else {}
+
+    def outdated_manifest(self) -> str | None:
+        """Why the manifest on disk cannot be used as it is (another version), or None."""
+        m = self.read_raw_manifest()
+        if not m or m.get("version") == MANIFEST_VERSION:
+            return None
+        return (f"{self.manifest_path} is manifest version {m.get('version')!r}, this build_kernels.py "
+                f"writes version {MANIFEST_VERSION} (compressed kernel files): rebuild with "
+                f"`python build_kernels.py` (or --arch for the targets you need)")
 
 
 @dataclass
@@ -444,29 +507,37 @@ def plan(proj: Project, targets: list) -> list:
     return units
 
 
-def _fresh(proj: Project, u: Unit) -> bool:
-    sp = proj.stamp_path(u.family, u.target)
+def _read_stamp(proj: Project, u: Unit) -> dict:
     try:
-        stamp = json.loads(sp.read_text())
+        stamp = json.loads(proj.stamp_path(u.family, u.target).read_text())
     except (OSError, ValueError):
-        return False
+        return {}
+    return stamp if isinstance(stamp, dict) else {}
+
+
+def _fresh(proj: Project, u: Unit) -> bool:
+    stamp = _read_stamp(proj, u)
     if stamp.get("key") != u.key:
         return False
     for rel in u.outputs.values():
         p = proj.out_dir / rel
-        if not p.is_file() or sha256_file(p) != stamp.get("files", {}).get(rel):
+        if not p.is_file() or sha256_file(p) != stamp.get("files", {}).get(rel) \
+                or rel not in stamp.get("images", {}):
             return False
     return True
 
 
-def _install(proj: Project, u: Unit, files: dict) -> None:
-    """files: role -> bytes. Write outputs, then the stamp (so a crash in between reads as stale)."""
-    shas = {}
+def _install(proj: Project, u: Unit, images: dict, stored: dict) -> None:
+    """images / stored: role -> decompressed / compressed bytes. Write the stored files, then
+    the stamp (so a crash in between reads as stale); the stamp also keeps each image's
+    sha256 and size for the manifest."""
+    shas, infos = {}, {}
     for role, rel in u.outputs.items():
-        write_atomic(proj.out_dir / rel, files[role])
-        shas[rel] = sha256_bytes(files[role])
+        write_atomic(proj.out_dir / rel, stored[role])
+        shas[rel] = sha256_bytes(stored[role])
+        infos[rel] = {"sha256": sha256_bytes(images[role]), "size": len(images[role])}
     write_atomic(proj.stamp_path(u.family, u.target),
-                 json.dumps({"key": u.key, "files": shas}, indent=1).encode())
+                 json.dumps({"key": u.key, "files": shas, "images": infos}, indent=1).encode())
 
 
 def _cache_entry(proj: Project, u: Unit) -> Path | None:
@@ -474,24 +545,36 @@ def _cache_entry(proj: Project, u: Unit) -> Path | None:
 
 
 def _from_cache(proj: Project, u: Unit) -> bool:
+    """Restore a unit from --cache-dir. Entries hold the stored (compressed) files; an entry
+    written by an older build_kernels.py holds the compiler's plain files instead: those are
+    compressed here and the compressed files added to the entry."""
     d = _cache_entry(proj, u)
     if d is None or not d.is_dir():
         return False
+    images, stored = {}, {}
     try:
-        files = {role: (d / Path(rel).name).read_bytes() for role, rel in u.outputs.items()}
-    except OSError:
+        for role, rel in u.outputs.items():
+            p = d / Path(rel).name
+            if p.is_file():
+                stored[role] = p.read_bytes()
+                images[role] = decompress(stored[role])
+            else:
+                images[role] = (d / compiled_name(rel)).read_bytes()
+                stored[role] = compress(images[role])
+                write_atomic(p, stored[role])
+    except (OSError, BuildError):  # unreadable or damaged entry: compile instead
         return False
-    _install(proj, u, files)
+    _install(proj, u, images, stored)
     return True
 
 
-def _to_cache(proj: Project, u: Unit, files: dict) -> None:
+def _to_cache(proj: Project, u: Unit, stored: dict) -> None:
     d = _cache_entry(proj, u)
     if d is None or d.is_dir():
         return
     tmp = Path(tempfile.mkdtemp(dir=proj.cache_dir, prefix=".incoming-"))
     for role, rel in u.outputs.items():
-        (tmp / Path(rel).name).write_bytes(files[role])
+        (tmp / Path(rel).name).write_bytes(stored[role])
     d.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.replace(tmp, d)
@@ -538,10 +621,19 @@ def _run_batch(proj: Project, kind: str, units: list, report: Report) -> list:
             errors.append(f"{u.id}: compiler exit {r['rc']}\n  command: {' '.join(r['cmd'])}\n"
                           + "\n".join("  | " + l for l in out[:ERROR_LINES]) + more)
             continue
-        files = {role: (work / u.target / Path(rel).name).read_bytes() for role, rel in u.outputs.items()}
-        _install(proj, u, files)
-        _to_cache(proj, u, files)
         report.built.append(u.id)
+    # Compress what compiled, proj.jobs units at a time (lzma releases the GIL while it works),
+    # installing each as it is done so that only a few images are in memory at once.
+    def squeeze(u):
+        images = {role: (work / u.target / compiled_name(rel)).read_bytes() for role, rel in u.outputs.items()}
+        return u, images, {role: compress(img) for role, img in images.items()}
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, proj.jobs)) as ex:
+        futures = [ex.submit(squeeze, by_id[i]) for i in report.built if i in by_id]
+        for f in concurrent.futures.as_completed(futures):
+            u, images, stored = f.result()
+            _install(proj, u, images, stored)
+            _to_cache(proj, u, stored)
     return errors
 
 
@@ -583,16 +675,53 @@ def _build(proj: Project, targets: list) -> Report:
     return report
 
 
+def _image_info(proj: Project, u: Unit, rel: str) -> dict:
+    """{"sha256", "size"} of a stored file's image: from the unit's stamp, which _fresh or
+    _install just vouched for; decompressed again only if the stamp lacks it."""
+    info = _read_stamp(proj, u).get("images", {}).get(rel)
+    if not info:
+        image = decompress((proj.out_dir / rel).read_bytes())
+        info = {"sha256": sha256_bytes(image), "size": len(image)}
+    return info
+
+
+def _drop_outdated(proj: Project, raw: dict) -> None:
+    """Remove the files an older-format manifest listed (plain .co/.cubin/.ptx), so that they
+    do not linger in the package beside their compressed successors."""
+    base = proj.out_dir.resolve()
+    gone = 0
+    for entry in (raw.get("targets") or {}).values():
+        for e in (entry.get("families") or {}).values() if isinstance(entry, dict) else ():
+            for role in ("file", "ptx"):
+                rel = e.get(role) if isinstance(e, dict) else None
+                if not isinstance(rel, str) or rel.endswith(COMPRESSED_SUFFIX):
+                    continue
+                p = (proj.out_dir / rel).resolve()
+                if base in p.parents and p.is_file():
+                    p.unlink()
+                    gone += 1
+    proj.log(f"note: {proj.manifest_path} was manifest version {raw.get('version')!r} (another "
+             f"build_kernels.py; version 1 kept uncompressed files): removed its {gone} uncompressed "
+             f"file(s); targets not built in this run must be rebuilt (python build_kernels.py --arch ...)")
+
+
 def write_manifest(proj: Project, good: list, failed: list) -> dict:
     """Manifest over what is on disk: this run's units plus other targets' still-valid entries.
 
-    {"version": 1, "sources": {family: sha256}, "compilers": {"amd": ..., "nvidia": ...},
-     "targets": {target: {"kind": "amd"|"nvidia", "families": {family: {"file": rel path,
-         "sha256": ..., "kernels": [names], ("ptx": rel path, "ptx_sha256": ... on NVIDIA)}}}}}
+    {"version": 2, "compression": "xz", "sources": {family: sha256},
+     "compilers": {"amd": ..., "nvidia": ...},
+     "targets": {target: {"kind": "amd"|"nvidia", "families": {family: {
+         "file": rel path of the stored (compressed) file, "sha256": of that file,
+         "image_sha256": of the decompressed image, "image_size": its bytes,
+         "kernels": [names],
+         ("ptx", "ptx_sha256", "ptx_image_sha256", "ptx_image_size": the same for the PTX, NVIDIA)}}}}}
     """
+    raw = proj.read_raw_manifest()
+    if raw and raw.get("version") != MANIFEST_VERSION:
+        _drop_outdated(proj, raw)
     old = proj.read_manifest()
     families = proj.families()
-    man = {"version": MANIFEST_VERSION,
+    man = {"version": MANIFEST_VERSION, "compression": COMPRESSION,
            "sources": {f: sha256_file(proj.src_dir / f"{f}.hip") for f in families},
            "compilers": dict(old.get("compilers", {})), "targets": {}}
     fresh_targets = {u.target for u in good} | {u.target for u in failed}
@@ -607,14 +736,18 @@ def write_manifest(proj: Project, good: list, failed: list) -> dict:
             man["targets"][t] = {"kind": entry.get("kind", kind_of(t)), "families": fams}
     for u in good:
         man["compilers"][u.kind] = proj.toolchain(u.kind).version(proj.root)
-        obj = proj.out_dir / u.outputs["file"]
+        e = {}
+        for role, prefix in (("file", ""), ("ptx", "ptx_")):
+            if role not in u.outputs:
+                continue
+            rel = u.outputs[role]
+            info = _image_info(proj, u, rel)
+            e.update({role: rel, f"{prefix}sha256": sha256_file(proj.out_dir / rel),
+                      f"{prefix}image_sha256": info["sha256"], f"{prefix}image_size": info["size"]})
         kernels = proj.table_kernels(u.family)
         if kernels is None:  # not in the table (e.g. smoke): the object says what it exports
-            kernels = sorted(elf.kernel_names(elf.read(obj)))
-        e = {"file": u.outputs["file"], "sha256": sha256_file(obj), "kernels": sorted(kernels)}
-        if "ptx" in u.outputs:
-            e["ptx"] = u.outputs["ptx"]
-            e["ptx_sha256"] = sha256_file(proj.out_dir / u.outputs["ptx"])
+            kernels = sorted(elf.kernel_names(elf.read(decompress((proj.out_dir / u.outputs["file"]).read_bytes()))))
+        e["kernels"] = sorted(kernels)
         man["targets"].setdefault(u.target, {"kind": u.kind, "families": {}})["families"][u.family] = e
     for u in failed:  # never leave an object the manifest no longer vouches for
         for rel in u.outputs.values():
@@ -634,22 +767,138 @@ def _names(names, limit: int = 6) -> str:
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more
 
-def _checked_bytes(proj: Project, where: str, rel: str, sha: str, problems: list):
-    """The bytes of a built file, or None (with the problem recorded) when it is missing;
-    a sha256 that differs from the manifest's is recorded too."""
+def _checked_image(proj: Project, where: str, e: dict, role: str, problems: list):
+    """The decompressed image of a built file (role "file" or "ptx"), or None with the problem
+    recorded when it is missing or damaged; a stored-file sha256 that differs from the
+    manifest's is recorded too (the image is still checked: it says what is wrong inside)."""
+    prefix = "" if role == "file" else "ptx_"
+    rel = e[role]
     path = proj.out_dir / rel
     if not path.is_file():
         problems.append(f"{where}: file {rel} is missing")
         return None
     data = path.read_bytes()
-    if sha256_bytes(data) != sha:
+    if sha256_bytes(data) != e.get(f"{prefix}sha256"):
         problems.append(f"{where}: {rel} does not match its manifest sha256")
-    return data
+    try:
+        image = decompress(data)
+    except BuildError as err:
+        problems.append(f"{where}: {rel} {err}")
+        return None
+    if sha256_bytes(image) != e.get(f"{prefix}image_sha256") or len(image) != e.get(f"{prefix}image_size"):
+        problems.append(f"{where}: {rel} decompresses to an image that does not match its manifest "
+                        f"image_sha256/image_size")
+    return image
+
+
+# --- AMD resource limits ------------------------------------------------------------------
+#
+# Per-arch numbers, as LLVM's AMDGPU backend models them (llvm/lib/Target/AMDGPU/Utils/
+# AMDGPUBaseInfo.cpp: getTotalNumVGPRs, getVGPRAllocGranule, getMaxWavesPerEU,
+# getAddressableLocalMemorySize, getLocalMemorySize, getEUsPerCU; feature sets from
+# AMDGPU.td; AMDGPUUsage "AMDGPU Processors" and the LDS granularity table):
+#   gfx908           wave64, 256 arch VGPRs per lane (AGPRs are a separate 256-file; the
+#                    metadata's .vgpr_count is max(VGPR, AGPR)), granule 4, 10 waves/SIMD
+#   gfx90a gfx942    wave64, 512 unified VGPRs+AGPRs per lane, granule 8, 8 waves/SIMD
+#   gfx950           as gfx942, but 160 KiB (163840 B) of LDS per CU / workgroup
+#   gfx1030 gfx1102 gfx1150
+#                    wave32, 1024 VGPRs per lane, granule 16, 16 waves/SIMD
+#   gfx1100 gfx1101 gfx1151 gfx1200 gfx1201
+#                    wave32, 1536 VGPRs ("1.5x VGPRs" / GFX11FullVGPRs), granule 24, 16 waves/SIMD
+#   LDS: 64 KiB per workgroup on every arch but gfx950; a gfx9 CU holds 64 KiB for its 4 SIMDs,
+#   a gfx10+ WGP (HIP runs WGP mode) 128 KiB for its 4 SIMD32s. Workgroups: at most 1024 items.
+# The generic targets take the numbers of the smallest member they must run on.
+
+@dataclass(frozen=True)
+class AmdArch:
+    wave: int                 # wavefront size as we build (gfx9: 64; gfx10+: hipcc's default 32)
+    vgprs: int                # VGPRs per lane one SIMD holds at that wave size
+    granule: int              # VGPR allocation granule
+    max_waves: int            # waves per SIMD
+    lds: int                  # LDS one workgroup may allocate, bytes
+    lds_shared: int           # LDS of the unit whose SIMDs a workgroup shares (CU / WGP)
+    simds: int = 4            # SIMDs of that unit
+    max_workgroup: int = 1024
+
+
+_CDNA2 = AmdArch(wave=64, vgprs=512, granule=8, max_waves=8, lds=65536, lds_shared=65536)
+_RDNA = AmdArch(wave=32, vgprs=1024, granule=16, max_waves=16, lds=65536, lds_shared=131072)
+_RDNA_1_5X = AmdArch(wave=32, vgprs=1536, granule=24, max_waves=16, lds=65536, lds_shared=131072)
+AMD_ARCH_LIMITS = {
+    "gfx908": AmdArch(wave=64, vgprs=256, granule=4, max_waves=10, lds=65536, lds_shared=65536),
+    "gfx90a": _CDNA2, "gfx942": _CDNA2,
+    "gfx950": AmdArch(wave=64, vgprs=512, granule=8, max_waves=8, lds=163840, lds_shared=163840),
+    "gfx1030": _RDNA, "gfx1102": _RDNA, "gfx1150": _RDNA,
+    "gfx1100": _RDNA_1_5X, "gfx1101": _RDNA_1_5X, "gfx1151": _RDNA_1_5X,
+    "gfx1200": _RDNA_1_5X, "gfx1201": _RDNA_1_5X,
+    "gfx9-4-generic": _CDNA2, "gfx11-generic": _RDNA, "gfx12-generic": _RDNA_1_5X,
+}
+
+
+def is_stub(name: str, wave: int) -> bool:
+    """A wave-width variant the arch never runs: MLXA_WAVE_KERNEL_BODY compiles it to a trap."""
+    m = re.search(r"_w(32|64)$", name)
+    return bool(m) and int(m.group(1)) != wave
+
+
+def occupancy(arch: AmdArch, k) -> dict:
+    """Waves per SIMD that a kernel's VGPRs and its LDS allow (``k``: an elf.AmdKernel).
+
+    VGPRs: the SIMD's VGPR file over the count rounded up to the granule (LLVM's
+    getNumWavesPerEUWithNumVGPRs). LDS: the workgroups whose static LDS fits in the CU/WGP,
+    each of max_flat_workgroup_size items, spread over its SIMDs (the kernel's declared
+    workgroup bound stands in for the launch size, as in LLVM). SGPRs do not limit on gfx10+
+    and not below 800/102 on gfx9; the barrier and wave-slot limits are left out.
+    """
+    if k.vgprs < arch.granule:
+        by_vgpr = arch.max_waves
+    else:
+        rounded = -(-k.vgprs // arch.granule) * arch.granule
+        by_vgpr = min(max(arch.vgprs // rounded, 1), arch.max_waves)
+    by_lds = arch.max_waves
+    if k.lds:
+        groups = arch.lds_shared // k.lds
+        per_group = -(-(k.max_workgroup_size or arch.max_workgroup) // arch.wave)
+        by_lds = 0 if groups == 0 else min(arch.max_waves, max(1, groups * per_group // arch.simds))
+    return {"waves": min(by_vgpr, by_lds), "by_vgpr": by_vgpr, "by_lds": by_lds}
+
+
+def resource_problems(target: str, kernels: dict) -> list:
+    """What the check refuses in an AMD code object's kernels (``{name: elf.AmdKernel}``), one
+    line per kind of problem, naming the kernels. SGPR spills are not among them: they go to
+    VGPR lanes, not to memory (when they do not, the private segment shows it)."""
+    arch = AMD_ARCH_LIMITS.get(target)
+    found = {}
+
+    def add(what, name, detail):
+        found.setdefault(what, []).append(f"{name} ({detail})")
+
+    for name, k in sorted(kernels.items()):
+        stub = arch is not None and is_stub(name, arch.wave)
+        if not stub:
+            if k.scratch:
+                add("use scratch (private segment)", name, f"{k.scratch} B per work-item")
+            if k.vgpr_spills:
+                add("spill VGPRs", name, f"{k.vgpr_spills}")
+            if k.dynamic_stack:
+                add("have a dynamic call stack (scratch sized at run time)", name, "uses_dynamic_stack")
+        if arch is None:
+            continue
+        if k.wavefront_size != arch.wave:
+            add(f"run at a wave width other than {target}'s {arch.wave}", name, f"wave{k.wavefront_size}")
+        if k.lds > arch.lds:
+            add(f"need more LDS than {target}'s {arch.lds // 1024} KiB per workgroup", name, f"{k.lds} B")
+        if k.max_workgroup_size is not None and k.max_workgroup_size > arch.max_workgroup:
+            add(f"allow workgroups over {arch.max_workgroup} work-items", name, f"{k.max_workgroup_size}")
+    return [f"{len(v)} kernel(s) {what}: {_names(v, 4)}" for what, v in found.items()]
 
 
 def check(proj: Project, targets=None) -> list:
     """Problems with the built kernels (all, or those of ``targets``), one line each naming
     target, family and what is wrong."""
+    outdated = proj.outdated_manifest()
+    if outdated:
+        return [outdated]
     man = proj.read_manifest()
     if not man:
         return [f"no manifest at {proj.manifest_path}: run python build_kernels.py"]
@@ -671,7 +920,7 @@ def check(proj: Project, targets=None) -> list:
                 problems.append(f"{where}: manifest kernel list differs from kernel_table.kernel_names"
                                 f"({fam!r}) (stale build?): missing [{_names(lacking)}], extra [{_names(extra)}]")
             want = set(expected if expected is not None else listed)
-            data = _checked_bytes(proj, where, e["file"], e.get("sha256"), problems)
+            data = _checked_image(proj, where, e, "file", problems)
             if data is None:
                 continue
             try:
@@ -689,16 +938,136 @@ def check(proj: Project, targets=None) -> list:
                 if at.code_object_version != amd_code_object_version(t):
                     problems.append(f"{where}: code object v{at.code_object_version}, "
                                     f"expected v{amd_code_object_version(t)}")
+                try:
+                    kernels = elf.amd_kernels(obj)
+                except elf.ElfError as err:
+                    problems.append(f"{where}: {e['file']}: {err}")
+                else:
+                    if sorted(have - set(kernels)):
+                        problems.append(f"{where}: kernels without metadata in {e['file']}: "
+                                        f"{_names(have - set(kernels))}")
+                    problems += [f"{where}: {p}" for p in resource_problems(t, kernels)]
             elif obj.machine != elf.EM_CUDA:
                 problems.append(f"{where}: {e['file']} is not a CUDA cubin")
             if "ptx" in e:
-                ptx = _checked_bytes(proj, where, e["ptx"], e.get("ptx_sha256"), problems)
+                ptx = _checked_image(proj, where, e, "ptx", problems)
                 if ptx is None:
                     continue
                 lacking = sorted(want - elf.ptx_entries(ptx))
                 if lacking:
                     problems.append(f"{where}: missing kernels in {e['ptx']}: {_names(lacking)}")
     return problems
+
+
+# --------------------------------------------------------------------------- report
+
+def _stats(values: list) -> dict:
+    return {"max": max(values), "median": statistics.median_low(values)} if values else {"max": 0, "median": 0}
+
+
+def report(proj: Project) -> dict:
+    """Per target and family: kernel count, registers, LDS, scratch, occupancy and file sizes,
+    read from the built (decompressed) objects. AMD trap stubs (wave widths the arch never runs)
+    are counted apart and left out of the statistics."""
+    outdated = proj.outdated_manifest()
+    if outdated:
+        raise BuildError(outdated)
+    man = proj.read_manifest()
+    if not man:
+        raise BuildError(f"no manifest at {proj.manifest_path}: run python build_kernels.py")
+    out = {"report_version": 1, "manifest_version": man.get("version"), "compression": man.get("compression"),
+           "compilers": man.get("compilers", {}),
+           "limits": {t: dataclasses.asdict(AMD_ARCH_LIMITS[t]) for t in man.get("targets", {})
+                      if t in AMD_ARCH_LIMITS},
+           "targets": {}}
+    total = {"stored_bytes": 0, "image_bytes": 0}
+    for t, entry in man.get("targets", {}).items():
+        tgt = {"kind": entry.get("kind", kind_of(t)), "families": {}, "stored_bytes": 0, "image_bytes": 0}
+        arch = AMD_ARCH_LIMITS.get(t)
+        for fam, e in entry.get("families", {}).items():
+            roles = [r for r in ("file", "ptx") if r in e]
+            try:
+                stored = sum((proj.out_dir / e[r]).stat().st_size for r in roles)
+            except OSError as err:
+                raise BuildError(f"{t}/{fam}: {err}; run check") from None
+            image_bytes = sum(e.get("image_size" if r == "file" else "ptx_image_size", 0) for r in roles)
+            row = {"kernels": len(e.get("kernels", [])), "stored_bytes": stored, "image_bytes": image_bytes}
+            if tgt["kind"] == "amd":
+                try:
+                    ks = elf.amd_kernels(elf.read(decompress((proj.out_dir / e["file"]).read_bytes())))
+                except (OSError, BuildError, elf.ElfError) as err:
+                    raise BuildError(f"{t}/{fam}: cannot read {e['file']}: {err}; run check") from None
+                real = [k for n, k in ks.items() if not (arch and is_stub(n, arch.wave))]
+                occ = [occupancy(arch, k) for k in real] if arch else []
+                row.update(
+                    kernels=len(real), stubs=len(ks) - len(real),
+                    vgprs=_stats([k.vgprs for k in real]), sgprs=_stats([k.sgprs for k in real]),
+                    agprs_max=max((k.agprs for k in real), default=0),
+                    lds=_stats([k.lds for k in real]), scratch_max=max((k.scratch for k in real), default=0),
+                    vgpr_spill_kernels=sum(1 for k in real if k.vgpr_spills),
+                    sgpr_spill_kernels=sum(1 for k in real if k.sgpr_spills),
+                    max_workgroup_size=max((k.max_workgroup_size or 0 for k in real), default=0),
+                    occupancy={"min": min((o["waves"] for o in occ), default=None),
+                               "median": statistics.median_low([o["waves"] for o in occ]) if occ else None,
+                               "lds_limited_kernels": sum(1 for o in occ if o["by_lds"] < o["by_vgpr"])})
+            tgt["families"][fam] = row
+            tgt["stored_bytes"] += stored
+            tgt["image_bytes"] += image_bytes
+        total["stored_bytes"] += tgt["stored_bytes"]
+        total["image_bytes"] += tgt["image_bytes"]
+        out["targets"][t] = tgt
+    out["total"] = total
+    return out
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:,.0f}"
+
+
+def report_markdown(rep: dict) -> str:
+    """The report as the markdown page docs/kernel-resources.md."""
+    L = ["# Kernel resources", "",
+         "Generated by `python build_kernels.py report --markdown docs/kernel-resources.md` from the "
+         "built code objects (the `NT_AMDGPU_METADATA` note of each AMD object; sizes from "
+         "`mlx_amd/kernels/manifest.json`). Do not edit by hand.", ""]
+    for kind, ver in sorted(rep.get("compilers", {}).items()):
+        L.append(f"- {kind} compiler: {ver}")
+    L += ["",
+          "Columns: kernels (trap stubs of wave widths the arch never runs are counted apart and "
+          "left out of the statistics); VGPRs, SGPRs and static LDS per workgroup as max / median; "
+          "scratch = the largest private segment (the check refuses any); SGPR-spill = kernels "
+          "spilling SGPRs into VGPR lanes (no memory); occupancy = waves per SIMD that VGPRs and "
+          "LDS allow, min / median (LDS for a workgroup of the kernel's max_flat_workgroup_size); "
+          "stored / image = compressed and decompressed KiB.", ""]
+    if rep.get("limits"):
+        L += ["## Arch limits used", "",
+              "| arch | wave | VGPRs per SIMD lane | granule | max waves/SIMD | LDS per workgroup | LDS per CU/WGP |",
+              "|---|---|---|---|---|---|---|"]
+        for t, a in rep["limits"].items():
+            L.append(f"| {t} | {a['wave']} | {a['vgprs']} | {a['granule']} | {a['max_waves']} | "
+                     f"{a['lds'] // 1024} KiB | {a['lds_shared'] // 1024} KiB |")
+        L.append("")
+    for t, tgt in rep["targets"].items():
+        L += [f"## {t}", ""]
+        if tgt["kind"] == "amd":
+            L += ["| family | kernels | stubs | VGPRs | SGPRs | AGPRs max | LDS B | scratch B | SGPR-spill | "
+                  "occupancy | stored KiB | image KiB |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            for fam, r in tgt["families"].items():
+                occ = r["occupancy"]
+                occ_s = "-" if occ["min"] is None else f"{occ['min']} / {occ['median']}"
+                L.append(f"| {fam} | {r['kernels']} | {r['stubs']} | {r['vgprs']['max']} / {r['vgprs']['median']} | "
+                         f"{r['sgprs']['max']} / {r['sgprs']['median']} | {r['agprs_max']} | "
+                         f"{r['lds']['max']} / {r['lds']['median']} | {r['scratch_max']} | "
+                         f"{r['sgpr_spill_kernels']} | {occ_s} | {_kib(r['stored_bytes'])} | {_kib(r['image_bytes'])} |")
+        else:
+            L += ["| family | kernels | stored KiB | image KiB |", "|---|---|---|---|"]
+            for fam, r in tgt["families"].items():
+                L.append(f"| {fam} | {r['kernels']} | {_kib(r['stored_bytes'])} | {_kib(r['image_bytes'])} |")
+        L += ["", f"{t}: {_kib(tgt['stored_bytes'])} KiB stored, {_kib(tgt['image_bytes'])} KiB decompressed.", ""]
+    tot = rep["total"]
+    L.append(f"All targets: {_kib(tot['stored_bytes'])} KiB stored, {_kib(tot['image_bytes'])} KiB decompressed.")
+    return "\n".join(L) + "\n"
 
 
 # --------------------------------------------------------------------------- list / clean
@@ -758,8 +1127,9 @@ def clean(proj: Project, targets: list | None) -> None:
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="build_kernels.py", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", nargs="?", choices=("build", "check"), default="build",
-                    help="build (default) or check the built kernels against the kernel table")
+    ap.add_argument("command", nargs="?", choices=("build", "check", "report"), default="build",
+                    help="build (default), check the built kernels (table, files, AMD resources), "
+                         "or report their registers, LDS, scratch, occupancy and sizes")
     ap.add_argument("--arch", help="comma-separated targets, e.g. gfx1100,gfx942 or sm_90")
     ap.add_argument("--target", default="all", choices=("amd", "nvidia", "all"))
     ap.add_argument("--generic", action="store_true",
@@ -774,6 +1144,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--out-dir", help="default: <root>/mlx_amd/kernels")
     ap.add_argument("--list", action="store_true", help="show families, targets and what is stale")
     ap.add_argument("--clean", action="store_true", help="remove built kernels (the cache dir is kept)")
+    ap.add_argument("--json", metavar="FILE", help="report: also write the report as JSON")
+    ap.add_argument("--markdown", metavar="FILE", help="report: also write the report as markdown")
     ap.add_argument("-q", "--quiet", action="store_true")
     return ap
 
@@ -794,6 +1166,16 @@ def main(argv=None) -> int:
             return 0
         if args.list:
             print(list_status(proj, targets))
+            return 0
+        if args.command == "report":
+            rep = report(proj)
+            md = report_markdown(rep)
+            if args.json:
+                write_atomic(Path(args.json), (json.dumps(rep, indent=1) + "\n").encode())
+            if args.markdown:
+                write_atomic(Path(args.markdown), md.encode())
+            if not (args.json or args.markdown) or not args.quiet:
+                print(md, end="")
             return 0
         if args.command == "check":
             problems = check(proj)

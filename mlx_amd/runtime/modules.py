@@ -1,9 +1,11 @@
 """Kernel modules: finds the built kernel files for the running device and loads them.
 
-``build_kernels.py`` writes ``mlx_amd/kernels/<target>/<family>.{co,cubin,ptx}`` and a
-``manifest.json`` naming every family's file, checksum and kernel list. ``Modules``
-picks one target for the device, loads each family's module on first use (once),
-and hands out function handles cached by ``(family, name)``.
+``build_kernels.py`` writes ``mlx_amd/kernels/<target>/<family>.{co,cubin,ptx}.xz`` and a
+``manifest.json`` (version 2) naming every family's file, the sha256 of its
+decompressed image and its kernel list. ``Modules`` picks one target for the device,
+loads each family's module on first use (once: decompressed, checked against the
+manifest, handed to the driver), and hands out function handles cached by
+``(family, name)``.
 
 Target choice:
   AMD     the exact arch (``props.arch``, e.g. gfx1100), else a generic target that
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import os
 import re
 import threading
@@ -28,6 +31,8 @@ from typing import Optional
 from . import elf
 
 DEFAULT_KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
+MANIFEST_VERSION = 2          # build_kernels.py's; 1 was uncompressed files
+COMPRESSIONS = ("xz",)
 
 # Generic AMD targets and the archs whose runtimes can run them (LLVM AMDGPUUsage).
 GENERIC_TARGETS = {
@@ -87,10 +92,20 @@ class Modules:
                     self.props.arch) from None
             except (OSError, ValueError) as e:
                 raise KernelsUnavailable(f"no kernels: cannot read {path}: {e}", self.props.arch) from e
-            if m.get("version") != 1 or not isinstance(m.get("targets"), dict):
+            if not isinstance(m, dict):
+                raise KernelsUnavailable(f"no kernels: {path} is not a JSON object; rebuild with "
+                                         f"build_kernels.py", self.props.arch)
+            if m.get("version") == 1:
+                raise KernelsUnavailable(
+                    f"no kernels: {path} is manifest version 1, written by an older build_kernels.py "
+                    f"(uncompressed kernel files); this mlx-amd reads version {MANIFEST_VERSION}: rebuild "
+                    f"with `python build_kernels.py` (or `--arch {self.props.arch}` for this GPU only)",
+                    self.props.arch)
+            if m.get("version") != MANIFEST_VERSION or not isinstance(m.get("targets"), dict) \
+                    or m.get("compression") not in COMPRESSIONS:
                 raise KernelsUnavailable(f"no kernels: {path} has an unknown format "
-                                         f"(version {m.get('version')!r}); rebuild with build_kernels.py",
-                                         self.props.arch)
+                                         f"(version {m.get('version')!r}, compression {m.get('compression')!r}); "
+                                         f"rebuild with build_kernels.py", self.props.arch)
             self._manifest = m
         return self._manifest
 
@@ -156,17 +171,25 @@ class Modules:
         target, role = self._choice
         rel = e[role]
         path = self.directory / rel
+        rebuild = f"rebuild with `python build_kernels.py --arch {target}`"
         try:
-            data = path.read_bytes()
+            stored = path.read_bytes()
         except OSError as err:
             raise KernelsUnavailable(f"kernel file {path} for {family} on {target} cannot be read: {err}; "
-                                     f"rebuild with `python build_kernels.py --arch {target}`",
-                                     self.props.arch, self.available()) from err
-        want = e.get("sha256" if role == "file" else "ptx_sha256")
-        if want and hashlib.sha256(data).hexdigest() != want:
+                                     f"{rebuild}", self.props.arch, self.available()) from err
+        # The image's own hash is the authority (the xz stream's CRC catches most damage first).
+        try:
+            dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+            data = dec.decompress(stored)
+            if not dec.eof or dec.unused_data:
+                raise lzma.LZMAError("truncated stream" if not dec.eof else "bytes after the stream")
+        except lzma.LZMAError as err:
+            raise KernelsUnavailable(f"kernel file {path} does not decompress ({err}): damaged; {rebuild}",
+                                     self.props.arch, self.available()) from None
+        want = e.get("image_sha256" if role == "file" else "ptx_image_sha256")
+        if not want or hashlib.sha256(data).hexdigest() != want:
             raise KernelsUnavailable(f"kernel file {path} does not match manifest.json (stale or damaged); "
-                                     f"rebuild with `python build_kernels.py --arch {target}`",
-                                     self.props.arch, self.available())
+                                     f"{rebuild}", self.props.arch, self.available())
         if role == "ptx":
             return data + b"\0"  # the driver reads PTX as a NUL-terminated string
         if self.driver.platform == "amd" and target in elf.AMD_MACH:

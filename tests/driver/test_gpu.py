@@ -6,6 +6,7 @@ no device, is skipped with the reason.
 
 import ctypes
 import json
+import lzma
 import os
 import re
 import shutil
@@ -173,7 +174,8 @@ def _smoke_image(drv, arch, tmp_path):
         with open(os.path.join(kdir, "manifest.json")) as f:
             fam = json.load(f)["targets"][arch]["families"]["smoke"]
         with open(os.path.join(kdir, fam["file"]), "rb") as f:
-            return f.read()
+            data = f.read()
+        return lzma.decompress(data) if fam["file"].endswith(".xz") else data
     except (OSError, KeyError, ValueError):
         pass
     if drv.platform != "nvidia":

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import lzma
 import struct
 import threading
 
@@ -101,22 +102,33 @@ def props(arch, name="Test GPU"):
 FAMILIES = {"unary": ["unary_v_exp_float32_float32", "unary_v_abs_int32_int32"], "copy": ["copy_v_float32_float32"]}
 
 
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def store(d, rel, image):
+    """Write ``image`` xz-compressed at d/rel as build_kernels.py does; its manifest fields."""
+    data = lzma.compress(image, format=lzma.FORMAT_XZ)
+    (d / rel).parent.mkdir(parents=True, exist_ok=True)
+    (d / rel).write_bytes(data)
+    return {"sha256": sha(data), "image_sha256": sha(image), "image_size": len(image)}
+
+
 def make_kernel_dir(d, targets, families=FAMILIES, ptx=True):
-    """Write a build_kernels.py-shaped directory for the given targets."""
-    man = {"version": 1, "sources": {f: "0" * 64 for f in families}, "compilers": {}, "targets": {}}
+    """Write a build_kernels.py-shaped directory (manifest v2, xz files) for the given targets."""
+    man = {"version": 2, "compression": "xz", "sources": {f: "0" * 64 for f in families},
+           "compilers": {}, "targets": {}}
     for t in targets:
         nv = t.startswith("sm_")
         fams = {}
         for fam, kernels in families.items():
-            rel = f"{t}/{fam}.{'cubin' if nv else 'co'}"
+            rel = f"{t}/{fam}.{'cubin' if nv else 'co'}.xz"
             data = cuda_object(kernels) if nv else amd_object(t, kernels, 6 if t.endswith("generic") else 5)
-            (d / t).mkdir(parents=True, exist_ok=True)
-            (d / rel).write_bytes(data)
-            e = {"file": rel, "sha256": hashlib.sha256(data).hexdigest(), "kernels": sorted(kernels)}
+            e = {"file": rel, **store(d, rel, data), "kernels": sorted(kernels)}
             if nv and ptx:
                 text = "".join(f".visible .entry {k}(\n)\n{{}}\n" for k in kernels).encode()
-                (d / f"{t}/{fam}.ptx").write_bytes(text)
-                e.update(ptx=f"{t}/{fam}.ptx", ptx_sha256=hashlib.sha256(text).hexdigest())
+                info = store(d, f"{t}/{fam}.ptx.xz", text)
+                e.update({"ptx": f"{t}/{fam}.ptx.xz", **{"ptx_" + k: v for k, v in info.items()}})
             fams[fam] = e
         man["targets"][t] = {"kind": "nvidia" if nv else "amd", "families": fams}
     (d / "manifest.json").write_text(json.dumps(man))
@@ -207,6 +219,26 @@ def test_no_manifest(kdir, monkeypatch):
     (kdir / "manifest.json").write_text(json.dumps({"version": 99, "targets": {}}))
     with pytest.raises(KernelsUnavailable, match="unknown format"):
         Modules(FakeDriver("amd"), props("gfx1100"), kdir).target()
+    (kdir / "manifest.json").write_text(json.dumps({"version": 2, "compression": "zstd", "targets": {}}))
+    with pytest.raises(KernelsUnavailable, match="unknown format.*compression 'zstd'"):
+        Modules(FakeDriver("amd"), props("gfx1100"), kdir).target()
+    (kdir / "manifest.json").write_text("[1, 2]")
+    with pytest.raises(KernelsUnavailable, match="not a JSON object"):
+        Modules(FakeDriver("amd"), props("gfx1100"), kdir).target()
+
+
+def test_version_1_manifest_asks_for_a_rebuild(kdir):
+    # What build_kernels.py wrote before compression: plain files, no image hashes.
+    (kdir / "gfx1100").mkdir()
+    (kdir / "gfx1100" / "unary.co").write_bytes(amd_object("gfx1100", ["k"]))
+    (kdir / "manifest.json").write_text(json.dumps({"version": 1, "targets": {"gfx1100": {
+        "kind": "amd", "families": {"unary": {"file": "gfx1100/unary.co", "sha256": "0" * 64, "kernels": ["k"]}}}}}))
+    m = Modules(FakeDriver("amd"), props("gfx1100"), kdir)
+    with pytest.raises(KernelsUnavailable, match=r"manifest version 1, written by an older build_kernels.py "
+                                                 r"\(uncompressed kernel files\).*rebuild with "
+                                                 r"`python build_kernels.py` \(or `--arch gfx1100`"):
+        m.function("unary", "k")
+    assert m.available() == []
 
 
 # ----------------------------------------------------------------------------- loading and caching
@@ -267,20 +299,22 @@ def test_listed_but_not_exported(kdir):
 def test_damaged_or_wrong_arch_file_is_refused_before_loading(kdir):
     make_kernel_dir(kdir, ["gfx1100", "gfx1101"])
     drv = FakeDriver("amd")
-    (kdir / "gfx1100" / "unary.co").write_bytes(b"truncated")
+    (kdir / "gfx1100" / "unary.co.xz").write_bytes(b"truncated")
     m = Modules(drv, props("gfx1100"), kdir)
-    with pytest.raises(KernelsUnavailable, match="does not match manifest.json"):
+    with pytest.raises(KernelsUnavailable, match="unary.co.xz does not decompress .*damaged; rebuild with "
+                                                 "`python build_kernels.py --arch gfx1100`"):
         m.function("unary", "unary_v_exp_float32_float32")
-    # A gfx1101 object under gfx1100's name, with a matching checksum: the ELF header tells.
+    # A gfx1101 object under gfx1100's name, with matching checksums: the ELF header tells.
     man = json.loads((kdir / "manifest.json").read_text())
-    wrong = (kdir / "gfx1101" / "copy.co").read_bytes()
-    (kdir / "gfx1100" / "copy.co").write_bytes(wrong)
-    man["targets"]["gfx1100"]["families"]["copy"]["sha256"] = hashlib.sha256(wrong).hexdigest()
+    wrong = (kdir / "gfx1101" / "copy.co.xz").read_bytes()
+    (kdir / "gfx1100" / "copy.co.xz").write_bytes(wrong)
+    for k in ("sha256", "image_sha256", "image_size"):
+        man["targets"]["gfx1100"]["families"]["copy"][k] = man["targets"]["gfx1101"]["families"]["copy"][k]
     (kdir / "manifest.json").write_text(json.dumps(man))
     m = Modules(drv, props("gfx1100"), kdir)
     with pytest.raises(KernelsUnavailable, match="built for gfx1101, not gfx1100"):
         m.function("copy", "copy_v_float32_float32")
-    (kdir / "gfx1100" / "copy.co").unlink()
+    (kdir / "gfx1100" / "copy.co.xz").unlink()
     with pytest.raises(KernelsUnavailable, match="cannot be read"):
         Modules(drv, props("gfx1100"), kdir).function("copy", "copy_v_float32_float32")
     assert drv.loaded == []
@@ -318,3 +352,48 @@ def test_real_device_loads_every_built_kernel():
             n += 1
     assert n == sum(len(kernel_table.kernel_names(f)) for f in kernel_table.families())
     assert target == drv.properties(0).arch or target.endswith("generic")
+
+
+@pytest.mark.parametrize("damage", ["cut", "flip", "tail", "other_image", "plain"])
+def test_damaged_compressed_file_is_a_clear_error(kdir, damage):
+    make_kernel_dir(kdir, ["gfx942"])
+    path = kdir / "gfx942" / "unary.co.xz"
+    good = path.read_bytes()
+    if damage == "cut":            # a partial download / full disk
+        bad = good[:len(good) // 2]
+    elif damage == "flip":         # one bit inside the compressed data: the xz CRC or the decoder says so
+        bad = bytearray(good)
+        bad[len(good) // 2] ^= 0x10
+        bad = bytes(bad)
+    elif damage == "tail":
+        bad = good + b"junk"
+    elif damage == "other_image":  # a valid xz stream of another object: only the image hash tells
+        bad = lzma.compress(amd_object("gfx942", ["unary_v_exp_float32_float32"]), format=lzma.FORMAT_XZ)
+    else:                          # an uncompressed object where the compressed one belongs
+        bad = amd_object("gfx942", FAMILIES["unary"])
+    path.write_bytes(bad)
+    drv = FakeDriver("amd")
+    m = Modules(drv, props("gfx942"), kdir)
+    msg = "does not match manifest.json" if damage == "other_image" else "does not decompress"
+    with pytest.raises(KernelsUnavailable, match=msg) as ei:
+        m.function("unary", "unary_v_exp_float32_float32")
+    assert "rebuild with `python build_kernels.py --arch gfx942`" in str(ei.value)
+    assert ei.value.targets == ["gfx942"]
+    assert drv.loaded == []
+    assert m.function("copy", "copy_v_float32_float32")[0] == "fn"   # other families still load
+
+
+def test_loader_hands_the_decompressed_image_to_the_driver(kdir):
+    make_kernel_dir(kdir, ["gfx942", "sm_90"])
+    drv = FakeDriver("amd")
+    Modules(drv, props("gfx942"), kdir).function("unary", "unary_v_exp_float32_float32")
+    assert drv.loaded == [amd_object("gfx942", FAMILIES["unary"])]
+    drv = FakeDriver("nvidia")
+    Modules(drv, props("sm_100"), kdir).function("unary", "unary_v_exp_float32_float32")   # PTX
+    assert drv.loaded[0].startswith(b".visible .entry ") and drv.loaded[0].endswith(b"\0")
+    # A manifest entry without image_sha256 cannot vouch for anything.
+    man = json.loads((kdir / "manifest.json").read_text())
+    del man["targets"]["gfx942"]["families"]["copy"]["image_sha256"]
+    (kdir / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(KernelsUnavailable, match="does not match manifest.json"):
+        Modules(FakeDriver("amd"), props("gfx942"), kdir).function("copy", "copy_v_float32_float32")
