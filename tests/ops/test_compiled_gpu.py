@@ -135,15 +135,15 @@ def test_multiple_outputs(gpu_runtime, fresh_jit):
     check_compiled(mx.compile(fn), rnd((50, 3), mx.float32, 1.0), rnd((50, 3), mx.float32, 1.0))
 
 
-def test_shapeless_recompiles_only_for_new_ranks_or_dtypes(gpu_runtime, fresh_jit):
+def test_shapeless_recompiles_only_for_new_dtypes(gpu_runtime, fresh_jit):
+    # the generated source carries no shapes (strides and extents are arguments), so
+    # neither a new shape nor a new rank compiles again; a new dtype does
     cf = mx.compile(lambda a, b: nn.silu(a) * b, shapeless=True)
-    for shape in [(4, 8), (64, 128), (3, 5)]:
+    for shape in [(4, 8), (64, 128), (3, 5), (2, 3, 4)]:
         check_compiled(cf, rnd(shape, mx.float32), rnd(shape, mx.float32), what=str(shape))
     assert fresh_jit.stats["compiles"] == 1, fresh_jit.stats
-    check_compiled(cf, rnd((2, 3, 4), mx.float32), rnd((2, 3, 4), mx.float32), what="rank 3")
-    assert fresh_jit.stats["compiles"] == 2
     check_compiled(cf, rnd((4, 8), mx.float16), rnd((4, 8), mx.float16), what="float16")
-    assert fresh_jit.stats["compiles"] == 3
+    assert fresh_jit.stats["compiles"] == 2
 
 
 def test_disk_cache_is_used_by_a_fresh_process_cache(gpu_runtime, fresh_jit):
