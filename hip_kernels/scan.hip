@@ -1,0 +1,315 @@
+// Scan family: MLX's Scan primitive (cumsum, cumprod, cummax, cummin, logcumsumexp),
+// inclusive or exclusive, forward or reverse, along any axis.
+//
+// Each op combines States (a wrapped value, room for ops that need more) with an ordered, associative
+// combine and a true identity, so any grouping reproduces MLX's sequential CPU loop:
+// NaN propagates from its position on for max, min, sum, prod and logaddexp; logaddexp
+// is MLX's formula (max + log1p(exp(min - max)), infinities passed through) with MLX's
+// CPU exp.
+// Integers wrap (sums and products accumulate in 32/64-bit unsigned and truncate);
+// float16/bfloat16 accumulate in float (MLX 0.32.4's CPU accumulates in the 16-bit type
+// and stalls on long scans, e.g. a float16 cumsum of ones at 2048; see ops/scan.py).
+//
+// Row kernel: rows along the output's innermost axis; a wave per row (short rows) or a
+// block per row chunk; each thread scans V consecutive elements (one 16-byte access
+// when aligned), waves scan thread totals with shuffles, blocks combine wave totals in
+// shared memory, and a carry runs across tiles. Long rows with few rows split into
+// chunks: one launch writes chunk totals, a second scans each chunk after folding the
+// totals before it. Column kernel: one thread per position of the other axes walks the
+// scan axis (coalesced along the output's inner dimensions).
+#include <limits>
+
+#include "mlxa/platform.h"
+#include "mlxa/types.h"
+#include "mlxa/wave.h"
+#include "mlxa/scan_args.h"
+
+namespace mlxa::scan {
+
+template <typename A>
+struct State {
+  A v;
+};
+
+template <typename A> MLXA_DEVICE A neg_inf() { return (A)uint_as_float(0xff800000u); }
+template <typename A> MLXA_DEVICE A pos_inf() { return (A)uint_as_float(0x7f800000u); }
+
+// MLX's CPU exp (see softmax.hip): float polynomial, product not fused into the adds.
+MLXA_DEVICE float mlx_exp(float x) {
+  if (x != x) return x;
+  if (x > 88.0f) return pos_inf<float>();
+  if (x < -88.0f) return 0.0f;
+  const float y = __fmaf_rn(x, 1.442695f, 0.0f);
+  const float ip = floorf(y + 0.5f);
+  const float f = y - ip;
+  float p = 1.535336188319500e-4f;
+  p = __fmaf_rn(p, f, 1.339887440266574e-3f);
+  p = __fmaf_rn(p, f, 9.618437357674640e-3f);
+  p = __fmaf_rn(p, f, 5.550332471162809e-2f);
+  p = __fmaf_rn(p, f, 2.402264791363012e-1f);
+  p = __fmaf_rn(p, f, 6.931472028550421e-1f);
+  p = __fmaf_rn(p, f, 1.0f);
+  const int e = ((int)ip + 127) << 23;
+  return uint_as_float((unsigned)e) * p;
+}
+MLXA_DEVICE float log1p_acc(float x) { return log1pf(x); }
+MLXA_DEVICE double log1p_acc(double x) { return log1p(x); }
+
+// ---- ops: T is the stored dtype (for integer limits), A the accumulator --------------
+template <typename T, typename A>
+struct Sum {
+  using Acc = A;
+  static MLXA_DEVICE State<A> identity() { return {A(0)}; }
+  static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
+  static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) { return {a.v + b.v}; }
+};
+template <typename T, typename A>
+struct Prod {
+  using Acc = A;
+  static MLXA_DEVICE State<A> identity() { return {A(1)}; }
+  static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
+  static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) { return {a.v * b.v}; }
+};
+template <typename T, typename A>
+struct IMax {
+  using Acc = A;
+  static MLXA_DEVICE State<A> identity() { return {(A)std::numeric_limits<T>::min()}; }
+  static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
+  static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) { return b.v < a.v ? a : b; }
+};
+template <typename T, typename A>
+struct IMin {
+  using Acc = A;
+  static MLXA_DEVICE State<A> identity() { return {(A)std::numeric_limits<T>::max()}; }
+  static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
+  static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) { return b.v < a.v ? b : a; }
+};
+// NaN sticks from its position on (MLX's running max/min propagate it); ties keep the
+// later element for max and the earlier for min, as MLX's comparisons do.
+template <typename T, typename A>
+struct FMax {
+  using Acc = A;
+  static MLXA_DEVICE State<A> identity() { return {neg_inf<A>()}; }
+  static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
+  static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) {
+    return a.v != a.v ? a : (b.v != b.v ? b : (b.v < a.v ? a : b));
+  }
+};
+template <typename T, typename A>
+struct FMin {
+  using Acc = A;
+  static MLXA_DEVICE State<A> identity() { return {pos_inf<A>()}; }
+  static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
+  static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) {
+    return a.v != a.v ? a : (b.v != b.v ? b : (b.v < a.v ? b : a));
+  }
+};
+template <typename T, typename A>
+struct LogAddExp {
+  using Acc = A;
+  static MLXA_DEVICE State<A> identity() { return {neg_inf<A>()}; }
+  static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
+  static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) {
+    const A x = a.v, y = b.v;
+    const A hi = x != x ? x : (x > y ? x : y);
+    const A lo = x != x ? x : (x < y ? x : y);
+    if (lo == neg_inf<A>() || hi == pos_inf<A>()) return {hi};
+    return {hi + log1p_acc((A)mlx_exp((float)(lo - hi)))};
+  }
+};
+
+// ---- helpers -------------------------------------------------------------------------
+MLXA_DEVICE int64_t offset_of(const ScanArgs& a, int64_t r) {
+  int64_t off = 0;
+#pragma unroll
+  for (int d = 0; d < MLXA_SCAN_MAX_DIMS; ++d) {
+    if (d < a.ndim) {
+      const int64_t s = a.shape[d];
+      off += (r % s) * a.strides[d];
+      r /= s;
+    }
+  }
+  return off;
+}
+
+// Inclusive scan over the lanes of a wave, lane order.
+template <typename Op, int W, typename S>
+MLXA_DEVICE S wave_scan(S s) {
+  const int l = wave_lane<W>();
+#pragma unroll
+  for (int d = 1; d < W; d <<= 1) {
+    S u;
+    u.v = wave_shfl_up<W>(s.v, d);
+    if (l >= d) s = Op::combine(u, s);
+  }
+  return s;
+}
+
+// Exclusive prefix of v over the threads of a row group (a wave, or the whole block),
+// and the group's total. Block groups synchronise twice; every thread must call.
+template <typename Op, int W, typename S>
+MLXA_DEVICE S group_exclusive(S v, bool wave_rows, S* wtot, S& total) {
+  const S inc = wave_scan<Op, W>(v);
+  S exc;
+  exc.v = wave_shfl_up<W>(inc.v, 1);
+  if (wave_lane<W>() == 0) exc = Op::identity();
+  if (wave_rows) {
+    total.v = wave_shfl<W>(inc.v, W - 1);
+    return exc;
+  }
+  const int wi = wave_index<W>(), nw = waves_per_block<W>();
+  if (wave_lane<W>() == W - 1) wtot[wi] = inc;
+  sync_block();
+  S before = Op::identity();
+  for (int i = 0; i < wi; ++i) before = Op::combine(before, wtot[i]);
+  S all = before;
+  for (int i = wi; i < nw; ++i) all = Op::combine(all, wtot[i]);
+  sync_block();
+  total = all;
+  return Op::combine(before, exc);
+}
+
+// Elements at logical positions p0 .. p0+V-1 (below hi) of a row read in scan order.
+template <typename In, int V>
+MLXA_DEVICE void load_logical(const In* in, int64_t n, int64_t p0, int64_t hi, int64_t es,
+                              bool reverse, In (&r)[V]) {
+  if (es == 1 && p0 + V <= hi) {
+    const int64_t q0 = reverse ? n - p0 - V : p0;   // lowest physical index of the group
+    if (((uintptr_t)(in + q0) & (sizeof(In) * V - 1)) == 0) {
+      const Vec<In, V> g = *(const Vec<In, V>*)(in + q0);
+#pragma unroll
+      for (int j = 0; j < V; ++j) r[j] = g.v[reverse ? V - 1 - j : j];
+      return;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int64_t p = p0 + j;
+    if (p < hi) r[j] = in[(reverse ? n - 1 - p : p) * es];
+  }
+}
+template <typename Out, int V>
+MLXA_DEVICE void store_logical(Out* out, int64_t n, int64_t p0, int64_t hi, bool reverse,
+                               const Out (&o)[V]) {
+  if (p0 + V <= hi) {
+    const int64_t q0 = reverse ? n - p0 - V : p0;
+    if (((uintptr_t)(out + q0) & (sizeof(Out) * V - 1)) == 0) {
+      Vec<Out, V> g;
+#pragma unroll
+      for (int j = 0; j < V; ++j) g.v[reverse ? V - 1 - j : j] = o[j];
+      *(Vec<Out, V>*)(out + q0) = g;
+      return;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int64_t p = p0 + j;
+    if (p < hi) out[reverse ? n - 1 - p : p] = o[j];
+  }
+}
+
+// ---- row kernel ------------------------------------------------------------------------
+template <typename Op, typename In, typename Out, int W>
+MLXA_DEVICE void scan_rows(const ScanArgs& a) {
+  using A = typename Op::Acc;
+  using S = State<A>;
+  constexpr int V = 16 / (sizeof(In) > sizeof(Out) ? sizeof(In) : sizeof(Out));
+  __shared__ S wtot[32];
+  const bool wave_rows = (a.flags & MLXA_SCAN_WAVE_ROWS) != 0;
+  const bool reverse = (a.flags & MLXA_SCAN_REVERSE) != 0;
+  const bool inclusive = (a.flags & MLXA_SCAN_INCLUSIVE) != 0;
+  const int tpr = wave_rows ? W : (int)blockDim.x;
+  const int lane = wave_rows ? wave_lane<W>() : (int)threadIdx.x;
+  int64_t row, chunk_id = 0;
+  if (wave_rows) {
+    row = (int64_t)blockIdx.x * waves_per_block<W>() + wave_index<W>();
+    if (row >= a.rows) return;   // the whole wave: wave rows never synchronise the block
+  } else {
+    row = (int64_t)blockIdx.x / a.nchunks;
+    chunk_id = (int64_t)blockIdx.x % a.nchunks;
+  }
+  const int64_t n = a.n, es = a.elem_stride;
+  const int64_t lo = chunk_id * a.chunk;
+  const int64_t hi = lo + a.chunk < n ? lo + a.chunk : n;
+  const In* in = (const In*)a.in + offset_of(a, row);
+  Out* out = (Out*)a.out + row * n;
+  S* totals = (S*)a.totals + row * a.nchunks;
+
+  S carry = Op::identity();
+  if (a.mode == MLXA_SCAN_CARRIED && chunk_id > 0) {
+    // fold the totals of the chunks before this one, in order
+    for (int64_t b = 0; b < chunk_id; b += tpr) {
+      const S v = b + lane < chunk_id ? totals[b + lane] : Op::identity();
+      S tot;
+      (void)group_exclusive<Op, W>(v, false, wtot, tot);
+      carry = Op::combine(carry, tot);
+    }
+  }
+  for (int64_t t0 = lo; t0 < hi; t0 += (int64_t)tpr * V) {
+    const int64_t p0 = t0 + (int64_t)lane * V;
+    In raw[V] = {};
+    load_logical<In, V>(in, n, p0, hi, es, reverse, raw);
+    S loc[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      loc[j] = p0 + j < hi ? Op::make((A)widen(raw[j]), inclusive && p0 + j == 0) : Op::identity();
+#pragma unroll
+    for (int j = 1; j < V; ++j) loc[j] = Op::combine(loc[j - 1], loc[j]);
+    S total;
+    S pre = group_exclusive<Op, W>(loc[V - 1], wave_rows, wtot, total);
+    pre = Op::combine(carry, pre);
+    if (a.mode != MLXA_SCAN_TOTALS && p0 < hi) {
+      Out o[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const S st = inclusive ? Op::combine(pre, loc[j]) : (j == 0 ? pre : Op::combine(pre, loc[j - 1]));
+        o[j] = cast<Out>(st.v);
+      }
+      store_logical<Out, V>(out, n, p0, hi, reverse, o);
+    }
+    carry = Op::combine(carry, total);
+  }
+  if (a.mode == MLXA_SCAN_TOTALS && lane == 0) totals[chunk_id] = carry;
+}
+
+// ---- column kernel -------------------------------------------------------------------
+template <typename Op, typename In, typename Out>
+MLXA_DEVICE void scan_cols(const ScanArgs& a) {
+  using A = typename Op::Acc;
+  using S = State<A>;
+  const bool reverse = (a.flags & MLXA_SCAN_REVERSE) != 0;
+  const bool inclusive = (a.flags & MLXA_SCAN_INCLUSIVE) != 0;
+  const int64_t n = a.n, es = a.elem_stride, inner = a.inner;
+  for (int64_t c = global_thread<int64_t>(); c < a.rows; c += grid_threads<int64_t>()) {
+    const In* in = (const In*)a.in + offset_of(a, c);
+    Out* out = (Out*)a.out + (c / inner) * n * inner + c % inner;
+    S acc = Op::identity();
+    for (int64_t p = 0; p < n; ++p) {
+      const int64_t q = reverse ? n - 1 - p : p;
+      const S s = Op::make((A)widen(in[q * es]), inclusive && p == 0);
+      A v;
+      if (inclusive) {
+        acc = Op::combine(acc, s);
+        v = acc.v;
+      } else {
+        v = acc.v;
+        acc = Op::combine(acc, s);
+      }
+      out[q * inner] = cast<Out>(v);
+    }
+  }
+}
+
+}  // namespace mlxa::scan
+
+// Op is the op template's name, T the stored dtype it takes limits from, A its accumulator.
+#define MLXA_SCAN_ROWS(name, Op, T, A, In, Out, W)                                           \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(512) name(ScanArgs a) {                                \
+    MLXA_WAVE_KERNEL_BODY(W, (mlxa::scan::scan_rows<mlxa::scan::Op<T, A>, In, Out, W>(a)))   \
+  }
+#define MLXA_SCAN_COLS(name, Op, T, A, In, Out)                             \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(ScanArgs a) {               \
+    mlxa::scan::scan_cols<mlxa::scan::Op<T, A>, In, Out>(a);                \
+  }
+
+#include "scan.inc"
