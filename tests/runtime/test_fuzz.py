@@ -116,7 +116,10 @@ def mismatch(spec: dict):
         ref = run_spec(spec)
     got = run_spec(spec)
     for i, (g, r) in enumerate(zip(got, ref)):
-        if g.shape != r.shape or not np.allclose(g, r, rtol=2e-4, atol=2e-5, equal_nan=True):
+        # a cast to float16/bfloat16 turns a last-bit difference of a transcendental function
+        # (GPU and CPU libraries differ there) into one 16-bit ulp
+        atol = 8e-3 if any(op["k"] == "cast" for op in spec["ops"]) else 2e-5
+        if g.shape != r.shape or not np.allclose(g, r, rtol=2e-4, atol=atol, equal_nan=True):
             err = np.max(np.abs(g - r)) if g.shape == r.shape else "shape"
             return f"pool[{i}] differs (max abs err {err})"
     return None
