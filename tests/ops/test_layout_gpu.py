@@ -1,6 +1,4 @@
 """Layout family on the GPU against MLX's CPU: Select (mx.where), Concatenate, Pad and
-import os
-os.environ.setdefault("MLX_AMD_LAYOUT", "1")  # the family is opt-in until this file has passed on the H200
 Arange over dtypes (bool, integers, float16/bfloat16/float32/float64, complex64),
 contiguous / transposed / broadcast / sliced / reversed inputs, NaN and -0.0 moved
 bit for bit, 0-d and empty arrays (the empty ones check results only: an empty node may
@@ -8,6 +6,10 @@ legitimately never reach a kernel).
 
     pytest -m gpu tests/ops/test_layout_gpu.py
 """
+import os
+
+os.environ.setdefault("MLX_AMD_LAYOUT", "1")  # the family is opt-in until this file has passed on the H200
+
 
 import mlx.core as mx
 import numpy as np
