@@ -13,7 +13,7 @@ _state = {"enabled": False, "saved": {}}
 # the buffer protocol before __array__. On 3.11 that path makes MLX evaluate on its CPU.)
 _READ_METHODS = ("item", "tolist", "__array__", "__repr__", "__str__", "__format__",
                  "__bool__", "__int__", "__float__", "__index__", "__complex__", "__buffer__",
-                 "__dlpack__")
+                 "__dlpack__", "__bytes__", "__getstate__", "__copy__", "__deepcopy__")
 
 
 def _flatten(tree, out):
@@ -116,7 +116,13 @@ def disable() -> None:
         return
     saved = _state["saved"]
     try:
-        synchronize()   # pending async work finishes (and its errors surface) before MLX reads
+        # pending async work finishes (and its errors surface), and every host copy the
+        # GPU made stale is written back, before MLX reads memory on its own again
+        from .runtime.context import current
+
+        rt = current()
+        if rt is not None:
+            rt.evaluator.flush()
     finally:
         for name in _MX_FUNCTIONS:
             setattr(mx, name, saved.pop("mx." + name))

@@ -140,8 +140,16 @@ class Evaluator:
                 # finish are available to MLX and must be readable.
                 g.release()
                 self._reap()
-                # Everything still stale on the host is held by someone: write it back.
-                self.residency.writeback(stream=self.stream, sync=not async_, collect=written)
+                # Everything still stale on the host is held by someone: write it back now
+                # (eager), or when something reads it (lazy: _wait_for, the CPU fallback).
+                res = self.residency
+                if not res.lazy:
+                    res.writeback(stream=self.stream, sync=not async_, collect=written)
+                elif async_ and self.stream is not None:
+                    # the arrays asked for are about to be read (mlx-lm reads each token):
+                    # queue their copies now so a read waits for this step only
+                    keys = [inf[0] for inf in map(_bridge.buffer_info, arrays) if inf is not None]
+                    res.writeback(keys, stream=self.stream, sync=False, collect=written)
                 if self.stream is not None:
                     if async_:
                         self._queue_pending(arrays, written)
@@ -200,13 +208,26 @@ class Evaluator:
         self._retire(n)
 
     def _wait_for(self, arrays):
+        """Make evaluated arrays readable on the host: their queued work done, their stale
+        host copies (lazy write-back) downloaded."""
+        res = self.residency
+        if not (self._pending_keys or res.lazy):
+            return
+        keys = []
+        for a in arrays:
+            inf = _bridge.buffer_info(a)
+            if inf is not None:
+                keys.append(inf[0])
         if self._pending_keys:
-            keys = []
-            for a in arrays:
-                inf = _bridge.buffer_info(a)
-                if inf is not None:
-                    keys.append(inf[0])
             self._wait_keys(keys)
+        for k in keys:
+            res.ensure_host(k, self.stream)
+
+    def flush(self):
+        """Everything host-valid: queued work done, every stale host copy written back."""
+        with self.lock:
+            self.residency.writeback(stream=self.stream)
+            self.synchronize()
 
     # ---------------------------------------------------------------- internals
     def _reap(self):

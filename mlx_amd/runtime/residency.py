@@ -28,6 +28,7 @@ once: whatever reuses it is queued after the kernels that used it.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Iterable, Optional
 
 from .memory import DevicePool, HostPool
@@ -60,6 +61,23 @@ class _Rec:
         self.dev_valid = True
 
 
+def resolve_lazy(unified: bool) -> bool:
+    """Write-back on read (True) or at the end of every evaluation (False).
+
+    Lazy needs every path by which the host reads an array to go through mlx-amd: the
+    patched array methods, mx.save & co., the CPU fallback and, from Python 3.12 on, the
+    buffer protocol (before 3.12, ``np.array(a)`` reads host memory unseen). Unified memory
+    copies nothing either way. ``MLX_AMD_WRITEBACK=eager|lazy`` overrides."""
+    if unified:
+        return False
+    forced = os.environ.get("MLX_AMD_WRITEBACK", "").strip().lower()
+    if forced in ("eager", "lazy"):
+        return forced == "lazy"
+    if forced:
+        raise ValueError(f"MLX_AMD_WRITEBACK={forced!r}: expected eager or lazy")
+    return sys.version_info >= (3, 12)
+
+
 def resolve_mode(props, mode: Optional[str] = None) -> str:
     """``mode``, else ``MLX_AMD_MEMORY``, else unified on integrated GPUs."""
     if mode is None:
@@ -83,6 +101,7 @@ class Residency:
         self.driver = driver
         self.mode = resolve_mode(props, mode)
         self.unified = self.mode == "unified"
+        self.lazy = resolve_lazy(self.unified)
         if self.unified:
             # one pool of managed blocks serves our outputs, uploads and temporaries
             self.host_pool = HostPool(driver, managed=True)
@@ -331,7 +350,7 @@ class Residency:
     def stats(self) -> dict:
         resident = sum(1 for r in self._recs.values() if not r.ours)
         return {
-            "mode": self.mode,
+            "mode": self.mode, "writeback": "lazy" if self.lazy else "eager",
             "uploads": self.uploads, "upload_bytes": self.upload_bytes,
             "writebacks": self.writebacks, "writeback_bytes": self.writeback_bytes,
             "resident_buffers": resident, "our_buffers": len(self._recs) - resident,
