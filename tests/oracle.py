@@ -63,12 +63,12 @@ def assert_close(got: mx.array, ref: mx.array, what: str = "", rtol=None, atol=N
                                equal_nan=True, err_msg=what)
 
 
-def check_gpu(fn, *args, prims=(), rtol=None, atol=None, what=""):
-    """Run fn(*args) under plain MLX and under mlx-amd; compare every output leaf and assert
-    that each primitive in ``prims`` ran only on the GPU (never MLX's CPU fallback)."""
+def _run_both(fn, ref_fn, args, prims, what):
+    """(ours, reference): ref_fn(*args) under plain MLX, fn(*args) under mlx-amd, asserting
+    that each primitive in ``prims`` ran only on the GPU."""
     with plain_mlx():
         mx.eval(_leaves(args))
-        ref = fn(*args)
+        ref = ref_fn(*args)
         mx.eval(_leaves(ref))
     mlx_amd.stats(reset=True)
     got = fn(*args)
@@ -80,6 +80,36 @@ def check_gpu(fn, *args, prims=(), rtol=None, atol=None, what=""):
         assert c.get("gpu", 0) > 0, f"{what}: {p} never ran on the GPU: {by}"
     gl, rl = _leaves(got), _leaves(ref)
     assert len(gl) == len(rl)
+    return gl, rl
+
+
+def check_gpu(fn, *args, prims=(), rtol=None, atol=None, what="", ref_fn=None):
+    """Run fn(*args) under plain MLX (or ``ref_fn``, where MLX's own result is not the
+    reference: say why at the call) and under mlx-amd; compare every output leaf and assert
+    that each primitive in ``prims`` ran only on the GPU (never MLX's CPU fallback)."""
+    gl, rl = _run_both(fn, ref_fn or fn, args, prims, what)
     for i, (g, r) in enumerate(zip(gl, rl)):
         assert_close(g, r, f"{what} output {i}", rtol, atol)
-    return got
+    return gl
+
+
+def check_accuracy(fn, *args, truth, prims=(), slack=2.0, atol=0.0, what=""):
+    """Where summation order alone separates two correct answers (long rows): ours must be
+    as close to the float64 truth as MLX's CPU is (within ``slack`` times its largest
+    error, or ``atol``), with NaN in the same places. ``truth(*numpy args)`` -> leaves."""
+    gl, rl = _run_both(fn, fn, args, prims, what)
+    with plain_mlx():
+        t = truth(*[to_numpy(a).astype(np.float64) for a in args])
+        t = t if isinstance(t, (list, tuple)) else [t]
+        for i, (g, r, tv) in enumerate(zip(gl, rl, t)):
+            g, r = to_numpy(g).astype(np.float64), to_numpy(r).astype(np.float64)
+            np.testing.assert_array_equal(np.isnan(g), np.isnan(r), err_msg=f"{what} output {i}: NaN places")
+            ok = ~np.isnan(r)
+            same_inf = np.where(np.isinf(r[ok]), g[ok] == r[ok], True)
+            assert same_inf.all(), f"{what} output {i}: infinities differ"
+            fin = ok & np.isfinite(r) & np.isfinite(tv)
+            ours = np.max(np.abs(g[fin] - tv[fin]), initial=0.0)
+            theirs = np.max(np.abs(r[fin] - tv[fin]), initial=0.0)
+            assert ours <= max(slack * theirs, atol), \
+                f"{what} output {i}: max error {ours:.3g} vs MLX's {theirs:.3g} against float64"
+    return gl

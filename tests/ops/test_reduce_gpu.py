@@ -203,16 +203,18 @@ def test_complex_min_max_order_rules(gpu_runtime, wave):
 
 
 def test_larger_than_int32_elements(gpu_runtime):
-    n = 2**31 + 4099
-    a = np.zeros(n, dtype=np.uint8)
-    a[-1] = 5
-    a[12345] = 1
+    # MLX's dimensions are 32-bit, so more than 2^31 elements take two dimensions; reducing
+    # over all of them or along either one needs 64-bit offsets
+    shape = (65539, 32769)
+    a = np.zeros(shape, dtype=np.uint8)
+    a[-1, -1], a[0, 12345], a[40000, 7] = 5, 1, 3
     x = mx.array(a)
     del a
+    assert x.size > 2**31
     check_gpu(lambda t: mx.sum(t), x, prims=PRIMS)
     check_gpu(lambda t: mx.max(t), x, prims=PRIMS)
-    check_gpu(lambda t: mx.argmax(t), x, prims=("ArgReduce",))
-    check_gpu(lambda t: mx.sum(t.reshape(2, -1)[:, 1:], axis=1), x[: n - 1], prims=PRIMS)
+    check_gpu(lambda t: mx.argmax(t, axis=1), x, prims=("ArgReduce",))
+    check_gpu(lambda t: mx.sum(t[:, 1:], axis=0), x, prims=PRIMS)
 
 
 # ------------------------------------------------------------------ ArgReduce

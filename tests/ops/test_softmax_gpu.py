@@ -12,8 +12,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import mlx_amd
-from oracle import assert_close, check_gpu, plain_mlx
+from oracle import check_accuracy, check_gpu
 
 pytestmark = pytest.mark.gpu
 
@@ -31,26 +30,24 @@ def randn(shape, dtype, seed=0, scale=3.0):
     return arr(np.random.default_rng(seed).standard_normal(shape) * scale, dtype)
 
 
-def check_against(fn, ref_fn, *args, prims=("Softmax",), what=""):
-    """fn(*args) under mlx-amd against ref_fn(*args) under plain MLX; prims ran on the GPU."""
-    with plain_mlx():
-        mx.eval(*args)
-        ref = ref_fn(*args)
-        mx.eval(ref)
-    mlx_amd.stats(reset=True)
-    got = fn(*args)
-    mx.eval(got)
-    by = mlx_amd.stats()["by_primitive"]
-    for p in prims:
-        assert by.get(p, {}).get("cpu", 0) == 0 and by.get(p, {}).get("gpu", 0) > 0, f"{what}: {p}: {by}"
-    assert_close(got, ref, what)
+def np_softmax(a):
+    """float64 truth of softmax over the last axis (numpy); inf/NaN rows give NaN as in MLX."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(a - np.max(a, axis=-1, keepdims=True))
+        return e / np.sum(e, axis=-1, keepdims=True)
 
 
 def softmax_check(x, precise, what=""):
     dt = str(x.dtype).split(".")[-1]
     fn = lambda a: mx.softmax(a, axis=-1, precise=precise)  # noqa: E731
     if dt in ("float16", "bfloat16") and not precise:
-        check_against(fn, lambda a: mx.softmax(a.astype(mx.float32), axis=-1).astype(a.dtype), x, what=what)
+        # MLX's CPU computes this one in 16 bits, element after element (a long row's sum
+        # stalls); ours is the float32 softmax rounded
+        check_gpu(fn, x, prims=("Softmax",), what=what,
+                  ref_fn=lambda a: mx.softmax(a.astype(mx.float32), axis=-1).astype(a.dtype))
+    elif dt == "float32" and x.shape[-1] > 10000:
+        # long rows: our tree-ordered sums and MLX's sequential ones differ in the last bits
+        check_accuracy(fn, x, truth=np_softmax, prims=("Softmax",), what=what)
     else:
         check_gpu(fn, x, prims=("Softmax",), what=what)
 
