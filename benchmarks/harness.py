@@ -83,6 +83,55 @@ class Bench:
         mx.eval(*args)
         return _median_ms(lambda: mx.eval(fn(*args)), self.reps, warmup, lambda: None)
 
+    def device_ptr(self, a) -> int:
+        """Device address of an array's element 0 (evaluated and made resident first)."""
+        from mlx_amd.runtime import bridge
+
+        mx.eval(a)
+        inf = bridge.buffer_info(a)
+        ev = self.rt.evaluator
+        return self.rt.residency.device_ptr(inf[0], inf[1], inf[5], ev.stream) + inf[2]
+
+    def time_node(self, family, prim, params, ins, out_shapes, out_dtypes):
+        """Median ms of one node's plan on the evaluator's stream, device events around it:
+        the kernels (and library calls) alone, on resident inputs ``ins`` (mx arrays, any
+        layout) and fresh outputs. Plans exactly as the evaluator does."""
+        from mlx_amd.runtime.plan import ITEMSIZE, Layout, Node
+
+        lays = []
+        for a in ins:
+            mx.eval(a)
+            from mlx_amd.runtime import bridge
+
+            inf = bridge.buffer_info(a)
+            lays.append(Layout(tuple(a.shape), tuple(inf[3]), str(a.dtype).split(".")[-1], inf[4], inf[6], inf[8]))
+        outs = tuple(Layout.row_major(s, d) for s, d in zip(out_shapes, out_dtypes))
+        plan = family.plan_node(Node(prim, tuple(params), tuple(lays), outs), self.props)
+        if plan is None:
+            raise RuntimeError(f"{prim}: no GPU plan for {[(l.shape, l.dtype) for l in lays]}")
+        in_ptrs = [self.device_ptr(a) for a in ins]
+        pool = self.rt.residency.device_pool
+        blocks = [pool.alloc(o.size * ITEMSIZE[o.dtype]) for o in outs]
+        ev = self.rt.evaluator
+        drv, stream = self.drv, ev.stream
+        e0, e1 = drv.event_create(), drv.event_create()
+        try:
+            run = lambda: ev.run_plan(plan, in_ptrs, [b.data for b in blocks])  # noqa: E731
+            for _ in range(3):
+                run()
+            ts = []
+            for _ in range(self.reps):
+                drv.event_record(e0, stream)
+                run()
+                drv.event_record(e1, stream)
+                drv.event_synchronize(e1)
+                ts.append(drv.event_elapsed_ms(e0, e1))
+        finally:
+            drv.stream_synchronize(stream)
+            for b in blocks:
+                pool.free(b)
+        return statistics.median(ts)
+
     def time_torch(self, fn, warmup: int = 3):
         """Median ms of a PyTorch CUDA callable with CUDA events, or None without torch."""
         try:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import collections
 import threading
 import weakref
-from typing import Callable, Optional
 
 from . import bridge as _bridge
 from . import plan as _plan
@@ -325,19 +324,25 @@ class Evaluator:
                 donated.append(True)
             keys.append(key)
             out_ptrs.append(ptr)
+        self.run_plan(plan, in_ptrs, out_ptrs, donated)
+        for j, key in enumerate(keys):
+            res.written(key, plan.written[j] if donated[j] and plan.written else None)
+        return True
+
+    def run_plan(self, plan, in_ptrs, out_ptrs, donated=None):
+        """Queue a plan's steps on given device addresses: temporaries from the pool for the
+        steps, ``init`` steps for every output not in ``donated`` (per output: took over its
+        input's buffer)."""
         temps = [self.residency.device_pool.alloc(n) for n in plan.temps] if plan.temps else ()
         try:
             for j, steps in plan.init:
-                if not donated[j]:
+                if not (donated and donated[j]):
                     self._steps(steps, in_ptrs, out_ptrs, temps)
             self._steps(plan.steps, in_ptrs, out_ptrs, temps)
         finally:
             # stream order: whatever reuses a temporary is queued after these steps
             for t in temps:
                 self.residency.device_pool.free(t)
-        for j, key in enumerate(keys):
-            res.written(key, plan.written[j] if donated[j] and plan.written else None)
-        return True
 
     def _steps(self, steps, in_ptrs, out_ptrs, temps):
         stream = self.stream
