@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .driver.table import Entry, open_library
+from .driver.table import Entry, Library, open_library
 
 P = ctypes.c_void_p
 S = ctypes.c_char_p
@@ -103,22 +103,12 @@ class Compiler:
     """One run-time compiler library, bound lazily from ``TABLE``."""
 
     def __init__(self, vendor: str, cdll, path: str):
-        self.vendor, self._cdll, self.path = vendor, cdll, path
-        self._fns: dict = {}
+        self.vendor, self.path = vendor, path
+        self._lib = Library(cdll, vendor, path, BY_NAME, lambda msg, tried=(): JitUnavailable(msg))
         self._version: Optional[str] = None
 
     def _fn(self, name):
-        fn = self._fns.get(name)
-        if fn is None:
-            e = BY_NAME[name]
-            sym = e.hip if self.vendor == "hip" else e.cuda
-            try:
-                fn = self._cdll[sym]
-            except AttributeError:
-                raise JitUnavailable(f"{self.path} does not export {sym} (needed for {name})") from None
-            fn.restype, fn.argtypes = e.restype, list(e.argtypes)
-            self._fns[name] = fn
-        return fn
+        return getattr(self._lib, name)
 
     def _check(self, status, call):
         if status:

@@ -18,10 +18,11 @@ import glob
 import os
 import site
 import sys
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 from ..driver.base import DriverError, DriverUnavailable
-from ..driver.table import format_arg, loaded_path, open_library
+from ..driver.table import Library as _Library
+from ..driver.table import format_arg, loaded_path, open_library, symbols
 
 P = ctypes.c_void_p
 S = ctypes.c_char_p
@@ -85,13 +86,6 @@ TABLE: tuple[Entry, ...] = tuple(Entry(*row) for row in (
 BY_NAME: dict[str, Entry] = {e.name: e for e in TABLE}
 
 
-def symbols(entry: Entry, vendor: str) -> tuple:
-    sym = entry.hip if vendor == "hip" else entry.cuda
-    if sym is None:
-        return ()
-    return sym if isinstance(sym, tuple) else (sym,)
-
-
 def rows(library: str, vendor: str) -> list:
     """The entries one library of one vendor serves."""
     return [e for e in TABLE if e.library == library and symbols(e, vendor)]
@@ -101,37 +95,11 @@ class BlasError(DriverError):
     """A GEMM library call failed: call text, status name and code, and a hint."""
 
 
-class Library:
-    """A loaded GEMM library whose table rows resolve on first attribute access."""
-
-    def __init__(self, cdll, vendor: str, library: str, path: str):
-        self._cdll, self.vendor, self.library, self.path = cdll, vendor, library, path
-        self.resolved: dict[str, str] = {}
-
-    def __getattr__(self, name: str):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        entry = BY_NAME.get(name)
-        if entry is None or entry.library != self.library:
-            raise AttributeError(f"no {self.library} binding table entry named {name!r}")
-        cands = symbols(entry, self.vendor)
-        if not cands:
-            raise AttributeError(f"{name!r} has no {self.vendor} symbol in the binding table")
-        for sym in cands:
-            try:
-                fn = self._cdll[sym]
-            except AttributeError:
-                continue
-            fn.restype, fn.argtypes = entry.restype, list(entry.argtypes)
-            self.__dict__[name] = fn
-            self.resolved[name] = sym
-            return fn
-        raise DriverUnavailable(f"{self.path} does not export {' or '.join(cands)} (needed for {name}); "
-                                f"this {self.library} library is too old", [self.path])
-
-    def symbol(self, name: str) -> str:
-        e = BY_NAME.get(name)
-        return self.resolved.get(name) or (symbols(e, self.vendor)[0] if e and symbols(e, self.vendor) else name)
+def Library(cdll, vendor: str, library: str, path: str) -> _Library:
+    """The driver table's lazy binder over this table's rows of one library."""
+    lib = _Library(cdll, vendor, path, {e.name: e for e in TABLE if e.library == library})
+    lib.library = library
+    return lib
 
 
 def make_check(lib: Library, describe, hint) -> callable:

@@ -121,16 +121,29 @@ class Library:
 
     ``lib.mem_alloc`` is the typed ctypes function for the vendor's symbol; it is
     cached in the instance dict, so later accesses cost a plain attribute lookup.
+    ``table`` ({logical name: row with hip/cuda/restype/argtypes}) is this module's
+    driver table by default; the GEMM and run-time compiler tables bind through it too.
     """
 
-    def __init__(self, cdll, vendor: str, path: str):
+    def __init__(self, cdll, vendor: str, path: str, table: Optional[dict] = None,
+                 unavailable: type = DriverUnavailable):
         self._cdll, self.vendor, self.path = cdll, vendor, path
+        self._table = BY_NAME if table is None else table
+        self._unavailable = unavailable
         self.resolved: dict[str, str] = {}   # logical name -> symbol actually bound
+
+    def symbol(self, name: str) -> str:
+        """The vendor symbol bound (or to be bound) for a logical name; the name if none."""
+        if name in self.resolved:
+            return self.resolved[name]
+        e = self._table.get(name)
+        cands = symbols(e, self.vendor) if e is not None else ()
+        return cands[0] if cands else name
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        entry = BY_NAME.get(name)
+        entry = self._table.get(name)
         if entry is None:
             raise AttributeError(f"no binding table entry named {name!r}")
         cands = symbols(entry, self.vendor)
@@ -145,7 +158,7 @@ class Library:
             self.__dict__[name] = fn
             self.resolved[name] = sym
             return fn
-        raise DriverUnavailable(
+        raise self._unavailable(
             f"{self.path} does not export {' or '.join(cands)} (needed for {name}); "
             f"this {self.vendor} library is too old or not the vendor's", [self.path])
 

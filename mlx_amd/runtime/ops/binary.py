@@ -151,10 +151,4 @@ def plan_node(node, device):
     read and written by the same thread). DivMod has two outputs and its own plan."""
     if node.prim == "DivMod":
         return plan_divmod(node.ins, node.outs, device)
-    if len(node.outs) != 1:
-        return None
-    got = plan_steps(node.prim, node.ins, node.out, device, node.params)
-    if got is None:
-        return None
-    steps, temps = got
-    return Plan(steps, temps=temps, donate=tuple((0, i) for i in range(len(node.ins))))
+    return ew.elementwise_plan(plan_steps, node, device)

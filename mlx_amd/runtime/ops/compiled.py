@@ -37,7 +37,7 @@ import struct
 
 from .. import plan as _plan
 from ..launch import Launch
-from ..plan import HostCall, ITEMSIZE, Layout, Memset, Plan, Ref
+from ..plan import HostCall, Layout, Memset, Plan, Ref
 from . import elementwise as ew
 
 FAMILY = "compiled"

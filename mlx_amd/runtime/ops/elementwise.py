@@ -12,7 +12,7 @@ import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import ITEMSIZE, Layout, row_strides  # noqa: F401  (shared by every launcher)
+from ..plan import ITEMSIZE, Layout, Plan, row_strides  # noqa: F401  (shared by every launcher)
 
 
 MAX_DIMS = kt.MAX_DIMS
@@ -158,3 +158,16 @@ def with_refs(launch: Launch, refs) -> Launch:
 _DIVMOD = struct.Struct("<q")
 ARG_STRUCTS["DivModVArgs"] = (4, 4 * 8 + 8)
 ARG_STRUCTS["DivModGArgs"] = (4, 4 * 8 + 8 + 2 * MAX_DIMS * 8 + MAX_DIMS * 4 + 8)
+
+
+def elementwise_plan(plan_steps, node, device):
+    """The plan of a one-output elementwise node from a family's ``plan_steps``: its steps
+    and temporaries; the output may take over any input's buffer (each element is read and
+    written by the same thread, or the input went to a temporary first)."""
+    if len(node.outs) != 1:
+        return None
+    got = plan_steps(node.prim, node.ins, node.out, device, node.params)
+    if got is None:
+        return None
+    steps, temps = got
+    return Plan(steps, temps=temps, donate=tuple((0, i) for i in range(len(node.ins))))

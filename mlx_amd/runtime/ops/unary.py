@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import kernel_table as kt
 from . import elementwise as ew
 from .elementwise import Layout
-from ..plan import Plan, inp, tmp
+from ..plan import inp, tmp
 from ..plan import out as outref
 from . import copy as _copy
 
@@ -111,10 +111,4 @@ def plan_steps(op: str, ins: tuple, out: Layout, device, params=()):
 def plan_node(node, device):
     """The node's plan; the output may take over an input's buffer (each element is read
     and written by the same thread)."""
-    if len(node.outs) != 1:
-        return None
-    got = plan_steps(node.prim, node.ins, node.out, device, node.params)
-    if got is None:
-        return None
-    steps, temps = got
-    return Plan(steps, temps=temps, donate=tuple((0, i) for i in range(len(node.ins))))
+    return ew.elementwise_plan(plan_steps, node, device)
