@@ -6,9 +6,7 @@ dtypes, index dtypes, strided/broadcast layouts, negative indices, 0-d and empty
 
 import math
 import os
-import shutil
 import struct
-import subprocess
 
 import mlx.core as mx
 import numpy as np
@@ -19,6 +17,7 @@ from mlx_amd.runtime.driver.base import DeviceProperties
 from mlx_amd.runtime.launch import Launch
 from mlx_amd.runtime.ops import indexing as ix
 from mlx_amd.runtime.plan import ITEMSIZE, Layout, Node, Plan, row_strides
+from cprobe import probe_output
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -62,14 +61,8 @@ int main() {
 
 @pytest.fixture(scope="module")
 def c_layout(tmp_path_factory):
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler to check indexing_args.h against")
     d = tmp_path_factory.mktemp("idxargs")
-    (d / "probe.cpp").write_text(_PROBE)
-    subprocess.run([cxx, "-std=c++17", "-I", os.path.join(REPO, "hip_kernels", "include"),
-                    str(d / "probe.cpp"), "-o", str(d / "probe")], check=True)
-    out = subprocess.run([str(d / "probe")], check=True, capture_output=True, text=True).stdout
+    out = probe_output(_PROBE, d)
     return {tuple(line.split()[:2]): int(line.split()[2]) for line in out.splitlines()}
 
 

@@ -7,9 +7,7 @@ exactness rule against MLX's CPU arange, NumberOfElements."""
 
 import math
 import os
-import shutil
 import struct
-import subprocess
 
 import mlx.core as mx
 import numpy as np
@@ -20,6 +18,7 @@ from mlx_amd.runtime.driver.base import DeviceProperties
 from mlx_amd.runtime.launch import Launch
 from mlx_amd.runtime.ops import layout as lo
 from mlx_amd.runtime.plan import ITEMSIZE, Layout, Node, Plan
+from cprobe import probe_output
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MD = lo.MAX_DIMS
@@ -63,14 +62,8 @@ STRUCTS = {"LayoutSelectArgs": (4, SEL_FIELDS, 4), "LayoutCopyArgs": (2, CP_FIEL
 
 @pytest.fixture(scope="module")
 def c_layout(tmp_path_factory):
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler to check layout_args.h against")
     d = tmp_path_factory.mktemp("layoutargs")
-    (d / "probe.cpp").write_text(_PROBE)
-    subprocess.run([cxx, "-std=c++17", "-I", os.path.join(REPO, "hip_kernels", "include"),
-                    str(d / "probe.cpp"), "-o", str(d / "probe")], check=True)
-    out = subprocess.run([str(d / "probe")], check=True, capture_output=True, text=True).stdout
+    out = probe_output(_PROBE, d)
     return {tuple(line.split()[:2]): int(line.split()[2]) for line in out.splitlines()}
 
 

@@ -3,9 +3,7 @@ MLX's CPU results, the plan's argument blob against the C struct in
 hip_kernels/include/mlxa/random_args.h, and the cases the planner declines."""
 
 import os
-import shutil
 import struct
-import subprocess
 
 import mlx.core as mx
 import numpy as np
@@ -15,6 +13,7 @@ from mlx_amd.runtime import kernel_table as kt
 from mlx_amd.runtime.driver.base import DeviceProperties
 from mlx_amd.runtime.ops import random as rnd
 from mlx_amd.runtime.plan import Layout, Node
+from cprobe import probe_output
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEV = DeviceProperties(0, "test", "gfx1100", "gfx1100", {}, 32, 100, 1 << 34, False,
@@ -138,13 +137,7 @@ int main() {
 
 
 def test_struct_matches_c(tmp_path):
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
-    (tmp_path / "p.cpp").write_text(_PROBE)
-    subprocess.run([cxx, "-std=c++17", "-I", os.path.join(REPO, "hip_kernels", "include"),
-                    str(tmp_path / "p.cpp"), "-o", str(tmp_path / "p")], check=True)
-    out = subprocess.run([str(tmp_path / "p")], check=True, capture_output=True, text=True).stdout
+    out = probe_output(_PROBE, tmp_path)
     c = {(s, f): int(v) for s, f, v in (line.split() for line in out.splitlines())}
     assert c[("MLXA_RANDOM_MAX_DIMS", "value")] == rnd.MAX_DIMS
     nptr, size = rnd.ARG_STRUCTS["RandomBitsArgs"]

@@ -5,10 +5,7 @@ and an interpreter that executes each planned launch the way the kernels index m
 collapse, reordering, offsets, strides and split ranges for every layout class."""
 
 import itertools
-import math
 import os
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -17,6 +14,7 @@ from mlx_amd.runtime import kernel_table as kt
 from mlx_amd.runtime.driver.base import DeviceProperties
 from mlx_amd.runtime.ops import reduce as rd
 from mlx_amd.runtime.plan import ITEMSIZE, Layout, Node, Plan
+from cprobe import probe_output
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 R = Layout.row_major
@@ -407,14 +405,8 @@ int main() {
 
 @pytest.fixture(scope="module")
 def c_layout(tmp_path_factory):
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler to check reduce_args.h against")
     d = tmp_path_factory.mktemp("rargs")
-    (d / "probe.cpp").write_text(_PROBE)
-    subprocess.run([cxx, "-std=c++17", "-I", os.path.join(REPO, "hip_kernels", "include"),
-                    str(d / "probe.cpp"), "-o", str(d / "probe")], check=True)
-    out = subprocess.run([str(d / "probe")], check=True, capture_output=True, text=True).stdout
+    out = probe_output(_PROBE, d)
     return {(s, f): int(v) for s, f, v in (line.split() for line in out.splitlines())}
 
 

@@ -3,9 +3,7 @@ declined inputs, the argument blob against the C struct of mlxa/softmax_args.h, 
 the float exp the kernels use (MLX's CPU polynomial) against MLX's own float64 result."""
 
 import os
-import shutil
 import struct
-import subprocess
 
 import mlx.core as mx
 import numpy as np
@@ -15,6 +13,7 @@ from mlx_amd.runtime import kernel_table as kt
 from mlx_amd.runtime.driver.base import DeviceProperties
 from mlx_amd.runtime.ops import softmax as sm
 from mlx_amd.runtime.plan import Layout, Node
+from cprobe import probe_output
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -112,13 +111,7 @@ int main() {
 
 
 def test_args_match_c(tmp_path):
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
-    (tmp_path / "p.cpp").write_text(_PROBE)
-    subprocess.run([cxx, "-std=c++17", "-I", os.path.join(REPO, "hip_kernels", "include"),
-                    str(tmp_path / "p.cpp"), "-o", str(tmp_path / "p")], check=True)
-    out = subprocess.run([str(tmp_path / "p")], check=True, capture_output=True, text=True).stdout
+    out = probe_output(_PROBE, tmp_path)
     c = {k: int(v) for k, v in (line.split() for line in out.splitlines())}
     assert c["sizeof"] == sm.ARG_SIZE
     assert c["MAX_DIMS"] == sm.MAX_DIMS
