@@ -60,9 +60,23 @@ def synchronize(*_args) -> None:
         rt.evaluator.synchronize()
 
 
+def _read(*args) -> None:
+    """Evaluate arrays (trees) on the GPU and make their host memory valid: queued work
+    done, stale host copies written back. Every read path calls this before MLX reads."""
+    arrays: list = []
+    _flatten(args, arrays)
+    from .runtime.context import get_runtime
+
+    ev = get_runtime().evaluator
+    if arrays:
+        ev.read(arrays)
+    else:
+        ev.raise_deferred()
+
+
 def _wrap_read(name, original):
     def method(self, *a, **k):
-        eval(self)   # also waits for this array's pending work, if async_eval queued it
+        _read(self)
         return original(self, *a, **k)
 
     method.__name__ = name
@@ -202,7 +216,7 @@ def _wrap_save(name):
     original = getattr(mx, name)
 
     def save(file, *args, **kwargs):
-        eval(args, kwargs)
+        _read(args, kwargs)
         return original(file, *args, **kwargs)
 
     save.__name__ = save.__qualname__ = name

@@ -80,24 +80,24 @@ def _run_both(fn, ref_fn, args, prims, what):
         assert c.get("gpu", 0) > 0, f"{what}: {p} never ran on the GPU: {by}"
     gl, rl = _leaves(got), _leaves(ref)
     assert len(gl) == len(rl)
-    return gl, rl
+    return got, gl, rl
 
 
 def check_gpu(fn, *args, prims=(), rtol=None, atol=None, what="", ref_fn=None):
     """Run fn(*args) under plain MLX (or ``ref_fn``, where MLX's own result is not the
     reference: say why at the call) and under mlx-amd; compare every output leaf and assert
     that each primitive in ``prims`` ran only on the GPU (never MLX's CPU fallback)."""
-    gl, rl = _run_both(fn, ref_fn or fn, args, prims, what)
+    got, gl, rl = _run_both(fn, ref_fn or fn, args, prims, what)
     for i, (g, r) in enumerate(zip(gl, rl)):
         assert_close(g, r, f"{what} output {i}", rtol, atol)
-    return gl
+    return got
 
 
 def check_accuracy(fn, *args, truth, prims=(), slack=2.0, atol=0.0, what=""):
     """Where summation order alone separates two correct answers (long rows): ours must be
     as close to the float64 truth as MLX's CPU is (within ``slack`` times its largest
     error, or ``atol``), with NaN in the same places. ``truth(*numpy args)`` -> leaves."""
-    gl, rl = _run_both(fn, fn, args, prims, what)
+    got, gl, rl = _run_both(fn, fn, args, prims, what)
     with plain_mlx():
         t = truth(*[to_numpy(a).astype(np.float64) for a in args])
         t = t if isinstance(t, (list, tuple)) else [t]
@@ -112,4 +112,4 @@ def check_accuracy(fn, *args, truth, prims=(), slack=2.0, atol=0.0, what=""):
             theirs = np.max(np.abs(r[fin] - tv[fin]), initial=0.0)
             assert ours <= max(slack * theirs, atol), \
                 f"{what} output {i}: max error {ours:.3g} vs MLX's {theirs:.3g} against float64"
-    return gl
+    return got

@@ -124,7 +124,9 @@ class Evaluator:
         Errors of an asynchronous evaluation surface at the next read or synchronize."""
         with self.lock:
             self.raise_deferred()
-            self._wait_for(arrays)
+            # an array async_eval queued is done when eval returns; a stale host copy stays
+            # stale until something reads it
+            self._host_valid(arrays, download=False)
             self._reap()
             g = _bridge.Graph(arrays, async_)
             written: list = []
@@ -140,7 +142,7 @@ class Evaluator:
                 g.release()
                 self._reap()
                 # Everything still stale on the host is held by someone: write it back now
-                # (eager), or when something reads it (lazy: _wait_for, the CPU fallback).
+                # (eager), or when something reads it (lazy: read(), the CPU fallback).
                 res = self.residency
                 if not res.lazy:
                     res.writeback(stream=self.stream, sync=not async_, collect=written)
@@ -206,11 +208,19 @@ class Evaluator:
         self.driver.event_synchronize(self._pending[n - 1][0])
         self._retire(n)
 
-    def _wait_for(self, arrays):
-        """Make evaluated arrays readable on the host: their queued work done, their stale
-        host copies (lazy write-back) downloaded."""
+    def read(self, arrays) -> None:
+        """Evaluate ``arrays`` and make them readable on the host (what every read path
+        calls before MLX touches their memory)."""
+        with self.lock:
+            self.eval(arrays)
+            self._host_valid(arrays)
+
+    def _host_valid(self, arrays, download: bool = True):
+        """Make evaluated arrays readable: their queued work done and (``download``) their
+        stale host copies (lazy write-back) copied back."""
         res = self.residency
-        if not (self._pending_keys or res.lazy):
+        download = download and res.lazy
+        if not (self._pending_keys or download):
             return
         keys = []
         for a in arrays:
@@ -219,8 +229,9 @@ class Evaluator:
                 keys.append(inf[0])
         if self._pending_keys:
             self._wait_keys(keys)
-        for k in keys:
-            res.ensure_host(k, self.stream)
+        if download:
+            for k in keys:
+                res.ensure_host(k, self.stream)
 
     def flush(self):
         """Everything host-valid: queued work done, every stale host copy written back."""

@@ -6,9 +6,6 @@ legitimately never reach a kernel).
 
     pytest -m gpu tests/ops/test_layout_gpu.py
 """
-import os
-
-os.environ.setdefault("MLX_AMD_LAYOUT", "1")  # the family is opt-in until this file has passed on the H200
 
 
 import mlx.core as mx

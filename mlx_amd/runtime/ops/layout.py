@@ -40,9 +40,8 @@ ALL_PRIMITIVES = {
     "Select": "select", "Concatenate": "concatenate", "Pad": "pad", "Arange": "arange",
     "NumberOfElements": "number_of_elements",
 }
-# Not yet run on a GPU (written and CPU-checked in the session of 2026-12-01): dispatched only
-# with MLX_AMD_LAYOUT=1 until tests/ops/test_layout_gpu.py has passed on the H200.
-PRIMITIVES = ALL_PRIMITIVES if os.environ.get("MLX_AMD_LAYOUT") == "1" else {}
+# MLX_AMD_LAYOUT=0 sends these to MLX's CPU fallback (to bisect a suspected layout problem)
+PRIMITIVES = {} if os.environ.get("MLX_AMD_LAYOUT") == "0" else ALL_PRIMITIVES
 
 MAX_DIMS = kt.MAX_DIMS
 INTS = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64")
