@@ -5,9 +5,10 @@
     ...
     mlx_amd.disable()       # plain MLX again; mlx_amd.enable() turns it back on
 
-``enable()`` routes ``mx.eval``, ``mx.async_eval`` and the array read paths
-(``item``, ``tolist``, ``__array__``, ``__repr__``, …) through our evaluator; MLX's
-own ``mx.compile`` is switched off while enabled, because compiled nodes are opaque.
+``enable()`` routes ``mx.eval``, ``mx.async_eval``, the array read paths (``item``,
+``tolist``, ``__array__``, ``__repr__``, …), ``mx.save*`` and MLX's memory functions
+through our evaluator; ``mx.compile`` stays on (compiled nodes become fused kernels).
+``coverage()`` says which primitives have a GPU path.
 
 The API lives in ``mlx_amd.api`` and is loaded on first use, so that ``mlx-amd info``
 (and anything else that only needs the driver) never imports MLX.
@@ -21,7 +22,8 @@ __version__ = "0.1.0"
 __all__ = [
     "enable", "disable", "is_enabled", "is_available", "eval", "async_eval", "synchronize",
     "device_info", "stats", "get_active_memory", "get_peak_memory", "reset_peak_memory",
-    "get_cache_memory", "set_memory_limit", "set_cache_limit", "clear_cache",
+    "get_cache_memory", "get_memory_limit", "set_memory_limit", "set_cache_limit", "clear_cache",
+    "coverage",
 ]
 
 

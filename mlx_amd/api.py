@@ -237,6 +237,14 @@ _MX_FUNCTIONS = {
 }
 
 
+def coverage() -> dict:
+    """{primitive: {"path": "gpu"|"view"|"cpu", "family", "dtypes", "note"}} for every MLX
+    primitive class, from the launchers' own tables (docs/coverage.md is this as a table)."""
+    from .runtime.coverage import coverage as _coverage
+
+    return _coverage()
+
+
 def _auto_enable():
     from .runtime.context import probe
 

@@ -24,19 +24,11 @@ from . import plan as _plan
 from .launch import Launch as _Launch
 from .launch import NativeLauncher as _NativeLauncher
 from .launch import run as _launch
-from .ops import dispatch_table
+from .ops import VIEW_PRIMITIVES, dispatch_table  # noqa: F401  (VIEW_PRIMITIVES re-exported)
 from .plan import ITEMSIZE as _ITEMSIZE
 from .plan import Layout
 from .plan import Memset as _Memset
 
-# MLX's view primitives: the bridge makes them zero-copy when MLX would.
-# (Copy is a view too: MLX's CPU Copy shares its input's buffer; Contiguous only when
-# its input already is; the bridge returns False where a real copy is needed.)
-VIEW_PRIMITIVES = frozenset({
-    "Reshape", "Transpose", "Broadcast", "BroadcastAxes", "Slice", "ExpandDims",
-    "Squeeze", "AsStrided", "Flatten", "Unflatten", "StopGradient", "Depends", "View",
-    "Copy", "Contiguous", "Split", "CustomTransforms",
-})
 
 
 SMALL_LEAF = 256   # bytes: leaves up to this size are prefetched together (_prefetch_small)

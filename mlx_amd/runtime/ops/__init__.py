@@ -13,6 +13,15 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+# MLX's view primitives: the bridge makes them zero-copy when MLX would.
+# (Copy is a view too: MLX's CPU Copy shares its input's buffer; Contiguous only when
+# its input already is; the bridge returns False where a real copy is needed.)
+VIEW_PRIMITIVES = frozenset({
+    "Reshape", "Transpose", "Broadcast", "BroadcastAxes", "Slice", "ExpandDims",
+    "Squeeze", "AsStrided", "Flatten", "Unflatten", "StopGradient", "Depends", "View",
+    "Copy", "Contiguous", "Split", "CustomTransforms",
+})
+
 # modules here that are helpers, not families
 _HELPERS = frozenset({"elementwise"})
 
