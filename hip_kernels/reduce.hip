@@ -299,9 +299,17 @@ MLXA_DEVICE void reduce_col(const ReduceColArgs& a) {
     auto row_at = [&](int64_t j) {
       return p + (one ? j * rs0 : dims_offset(j, a.red_ndim, a.red_shape, a.red_strides, small));
     };
-    if (vec) {
+    if (vec && one) {
       // several independent 16-byte loads in flight per thread
 #pragma unroll 4
+      for (int64_t j = j0 + ty; j < j1; j += by) {
+        const Vec<In, V> x = *(const Vec<In, V>*)(p + j * rs0);
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] = Op::combine(acc[e], Op::template load<Acc>(x.v[e], mask));
+      }
+    } else if (vec) {
+      // not unrolled: four inlined copies of dims_offset's divisions raise the register
+      // pressure of the 1-byte kernels (16 accumulators) until gfx90a keeps a stack frame
       for (int64_t j = j0 + ty; j < j1; j += by) {
         const Vec<In, V> x = *(const Vec<In, V>*)row_at(j);
 #pragma unroll
@@ -328,10 +336,14 @@ MLXA_DEVICE void reduce_col(const ReduceColArgs& a) {
     }
   }
   if (ty == 0 && b < a.n_batch) {
-    for (int e = 0; e < cn; ++e) {
-      const int64_t o = b * a.n_cols + c0 + e;
-      if (a.partial) ((Acc*)a.out)[o * a.splits + s] = acc[e];
-      else ((Out*)a.out)[o] = Op::template finish<Out>(acc[e]);
+    // unrolled with a guard, not `e < cn`: a runtime index into acc would put it in scratch
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      if (e < cn) {
+        const int64_t o = b * a.n_cols + c0 + e;
+        if (a.partial) ((Acc*)a.out)[o * a.splits + s] = acc[e];
+        else ((Out*)a.out)[o] = Op::template finish<Out>(acc[e]);
+      }
     }
   }
 }

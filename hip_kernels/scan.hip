@@ -75,24 +75,27 @@ struct IMax {
   using Acc = A;
   static MLXA_DEVICE State<A> identity() { return {(A)std::numeric_limits<T>::min()}; }
   static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
-  static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) { return b.v < a.v ? a : b; }
+  static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) { return {b.v < a.v ? a.v : b.v}; }
 };
 template <typename T, typename A>
 struct IMin {
   using Acc = A;
   static MLXA_DEVICE State<A> identity() { return {(A)std::numeric_limits<T>::max()}; }
   static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
-  static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) { return b.v < a.v ? b : a; }
+  static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) { return {b.v < a.v ? b.v : a.v}; }
 };
 // NaN sticks from its position on (MLX's running max/min propagate it); ties keep the
 // later element for max and the earlier for min, as MLX's comparisons do.
+// Max/min select values, not States: a nested ?: over State lvalues is a select of their
+// addresses, which SROA cannot split, so a, b and the result went to scratch.
 template <typename T, typename A>
 struct FMax {
   using Acc = A;
   static MLXA_DEVICE State<A> identity() { return {neg_inf<A>()}; }
   static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
   static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) {
-    return a.v != a.v ? a : (b.v != b.v ? b : (b.v < a.v ? a : b));
+    const A x = a.v, y = b.v;
+    return {x != x ? x : (y != y ? y : (y < x ? x : y))};
   }
 };
 template <typename T, typename A>
@@ -101,7 +104,8 @@ struct FMin {
   static MLXA_DEVICE State<A> identity() { return {pos_inf<A>()}; }
   static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
   static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) {
-    return a.v != a.v ? a : (b.v != b.v ? b : (b.v < a.v ? b : a));
+    const A x = a.v, y = b.v;
+    return {x != x ? x : (y != y ? y : (y < x ? y : x))};
   }
 };
 template <typename T, typename A>
