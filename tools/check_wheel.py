@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Check a built mlx-amd wheel: it carries the bridge, the kernel manifest and every kernel
+file the manifest names (each with the manifest's sha256); print its size and targets.
+
+    python tools/check_wheel.py dist/mlx_amd-*.whl
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import zipfile
+
+
+def check(path: str) -> list:
+    problems = []
+    with zipfile.ZipFile(path) as z:
+        names = set(z.namelist())
+        if not any(n.startswith("mlx_amd/_bridge") and n.endswith(".so") for n in names):
+            problems.append("no mlx_amd/_bridge*.so in the wheel")
+        if "mlx_amd/kernels/manifest.json" not in names:
+            return problems + ["no mlx_amd/kernels/manifest.json: the wheel carries no kernels"]
+        man = json.loads(z.read("mlx_amd/kernels/manifest.json"))
+        kernels_bytes = 0
+        for target, entry in sorted(man.get("targets", {}).items()):
+            for fam, e in entry.get("families", {}).items():
+                for role, sha in (("file", "sha256"), ("ptx", "ptx_sha256")):
+                    if role not in e:
+                        continue
+                    member = f"mlx_amd/kernels/{e[role]}"
+                    if member not in names:
+                        problems.append(f"{target}/{fam}: {member} missing")
+                        continue
+                    data = z.read(member)
+                    kernels_bytes += len(data)
+                    if hashlib.sha256(data).hexdigest() != e.get(sha):
+                        problems.append(f"{target}/{fam}: {member} does not match the manifest")
+        targets = sorted(man.get("targets", {}))
+    size = os.path.getsize(path)
+    print(f"{os.path.basename(path)}: {size / 2**20:.1f} MiB, kernels {kernels_bytes / 2**20:.1f} MiB "
+          f"(compressed) for {len(targets)} targets: {', '.join(targets)}")
+    return problems
+
+
+if __name__ == "__main__":
+    bad = []
+    for p in sys.argv[1:]:
+        bad += check(p)
+    for b in bad:
+        print(f"check_wheel: {b}", file=sys.stderr)
+    sys.exit(1 if bad or not sys.argv[1:] else 0)
