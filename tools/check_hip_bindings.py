@@ -209,14 +209,20 @@ def compile_and_print(exprs: dict, includes: list, cflags: list, workdir: str, l
     return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
 
 
-def hip_expected_constants(hip) -> tuple[dict, dict]:
-    """(C expression per key, value hip.py assumes per key)."""
+def hip_expected_constants(hip, older: bool = False) -> tuple[dict, dict]:
+    """(C expression per key, value hip.py assumes per key). ``older``: a ROCm 5.x header set,
+    where the versioned properties entry point does not exist and the R0000 layout is the
+    plain ``hipDeviceProp_t``."""
     exprs, want = {}, {}
     for field, (enum, value) in hip.ATTRIBUTES.items():
         exprs[enum], want[enum] = enum, value
     for name, value in hip.CONSTANTS.items():
         exprs[name], want[name] = name, value
     for fn, (struct, arch_at, size) in hip.PROPS_LAYOUTS.items():
+        if older:
+            if fn.endswith("R0600"):
+                continue
+            struct = "hipDeviceProp_t"
         exprs[f"offsetof({struct},name)"], want[f"offsetof({struct},name)"] = f"offsetof({struct}, name)", 0
         key = f"offsetof({struct},gcnArchName)"
         exprs[key], want[key] = f"offsetof({struct}, gcnArchName)", arch_at
@@ -328,11 +334,13 @@ def main(argv=None) -> int:
     ap.add_argument("--include", default="/usr/include", help="folder holding hip/hip_runtime_api.h")
     ap.add_argument("--no-compile", action="store_true", help="skip the compiled constant/offset check")
     ap.add_argument("--require-rocblas", action="store_true", help="fail when rocBLAS is not installed")
+    ap.add_argument("--no-blas", action="store_true",
+                    help="HIP only (a ROCm without hipBLASLt, e.g. Debian trixie's ROCm 5.7)")
     args = ap.parse_args(argv)
 
     drv_pkg = import_driver_package()
     from mlx_amd.runtime.driver import hip as hipmod
-    from mlx_amd.runtime.driver.table import TABLE, symbols
+    from mlx_amd.runtime.driver.table import BY_NAME, HIP_OLDER_FALLBACKS, TABLE, symbols
     assert "mlx.core" not in sys.modules, "the driver package must not import mlx"
     problems: list = []
 
@@ -346,24 +354,34 @@ def main(argv=None) -> int:
     print(f"runtime {drv.runtime_version()}, driver {drv.driver_version()}")
     cdll = drv.lib._cdll
     wanted = [(e.name, s) for e in TABLE for s in symbols(e, "hip")]
-    missing = [f"{s} ({n})" for n, s in wanted if not hasattr(cdll, s)]
+    absent = [(n, s) for n, s in wanted if not hasattr(cdll, s)]
+    older = [(n, s) for n, s in absent if n in HIP_OLDER_FALLBACKS
+             and all(hasattr(cdll, f) for f in symbols(BY_NAME[HIP_OLDER_FALLBACKS[n]], "hip"))]
+    for n, s in older:
+        print(f"NOTE: {s} ({n}) is not in this older runtime; the driver uses "
+              f"{HIP_OLDER_FALLBACKS[n]} there")
+    missing = [f"{s} ({n})" for n, s in absent if (n, s) not in older]
     problems += [f"missing symbol: {m}" for m in missing]
-    print(f"symbols: {len(wanted) - len(missing)}/{len(wanted)} HIP symbols resolved")
+    print(f"symbols: {len(wanted) - len(absent)}/{len(wanted)} HIP symbols resolved"
+          + (f", {len(older)} absent with their older-runtime fallback" if older else ""))
 
     # 2. prototypes
     hdir = os.path.join(args.include, "hip")
     text = read_header([os.path.join(hdir, h) for h in sorted(os.listdir(hdir)) if h.endswith(".h")])
     protos = prototypes(text, r"hipError_t|const\s+char\s*\*")
-    bad, checked = check_prototypes(TABLE, "hip", protos, macro_aliases(text), typedefs(text))
+    rows = [e for e in TABLE if e.name not in {n for n, _ in older}]
+    bad, checked = check_prototypes(rows, "hip", protos, macro_aliases(text), typedefs(text))
     problems += bad
     print(f"prototypes: {checked - len(bad)}/{checked} match {hdir}/*.h")
 
     # 3. constants and hipDeviceProp_t offsets, computed by the C compiler
     if not args.no_compile:
-        exprs, want = hip_expected_constants(hipmod)
+        exprs, want = hip_expected_constants(hipmod, older=bool(older))
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                got = compile_and_print(exprs, ["hip/hip_runtime_api.h", "hip/hip_deprecated.h"],
+                heads = ["hip/hip_runtime_api.h"] + (["hip/hip_deprecated.h"] if os.path.exists(
+                    os.path.join(hdir, "hip_deprecated.h")) else [])    # ROCm 6 split it out
+                got = compile_and_print(exprs, heads,
                                         ["-D__HIP_PLATFORM_AMD__", f"-I{args.include}"], tmp)
             except (RuntimeError, subprocess.CalledProcessError) as e:
                 problems.append(f"constant check could not run: {e}")
@@ -394,7 +412,8 @@ def main(argv=None) -> int:
         problems.append(f"device query raised {e}")
 
     # 5. GEMM libraries
-    problems += check_blas(args.include, args.no_compile, args.require_rocblas)
+    if not args.no_blas:
+        problems += check_blas(args.include, args.no_compile, args.require_rocblas)
 
     for p in problems:
         print(f"FAIL: {p}")

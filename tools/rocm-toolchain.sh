@@ -63,6 +63,9 @@ BASE_PKGS=(
   cmake ninja-build make
   python3                # build_kernels.py's job runner and the HIP binding check
 )
+# ROCM_PACKAGES replaces the list (e.g. a trixie chroot with ROCm 5.7's HIP only, for the
+# binding check: trixie has no hipBLASLt)
+if [[ -n ${ROCM_PACKAGES:-} ]]; then read -r -a BASE_PKGS <<<"$ROCM_PACKAGES"; fi
 STAMP_BOOTSTRAP=.rocm-toolchain-bootstrap
 STAMP_PKGS=.rocm-toolchain-pkgs
 

@@ -59,6 +59,7 @@ class CudaDriver(TableDriver):
     error_class = CudaError
     launch_param_end = LAUNCH_PARAM_END
     error_no_device = ERROR_NO_DEVICE
+    init_no_device = (ERROR_NO_DEVICE,)
     attributes = ATTRIBUTES
     format_version = staticmethod(format_version)
 

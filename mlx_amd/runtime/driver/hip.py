@@ -105,6 +105,8 @@ class HipDriver(TableDriver):
     error_class = HipError
     launch_param_end = LAUNCH_PARAM_END
     error_no_device = ERROR_NO_DEVICE
+    # ROCm 5.x's hipInit answers hipErrorInvalidDevice (101) on a machine without an AMD GPU
+    init_no_device = (ERROR_NO_DEVICE, 101)
     attributes = ATTRIBUTES
     format_version = staticmethod(format_version)
 
