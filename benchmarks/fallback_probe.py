@@ -124,7 +124,6 @@ def main(argv=None):
     for name, err in failed:
         print(f"program {name} failed: {err}")
     try:
-        from harness import Bench  # noqa: F401  (device name for the results file)
         from mlx_amd.runtime.context import get_runtime
 
         device = get_runtime().props.name

@@ -13,59 +13,8 @@ token and peak GPU memory.
 from __future__ import annotations
 
 import argparse
-import time
 
-# name -> (mlx-lm model module, ModelArgs fields); shapes of the public checkpoints
-SHAPES = {
-    "tiny": ("llama", dict(model_type="llama", hidden_size=128, num_hidden_layers=2, intermediate_size=256,
-                           num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, vocab_size=512)),
-    "llama-1b": ("llama", dict(model_type="llama", hidden_size=2048, num_hidden_layers=16, intermediate_size=8192,
-                               num_attention_heads=32, num_key_value_heads=8, rms_norm_eps=1e-5,
-                               vocab_size=128256, rope_theta=500000.0, tie_word_embeddings=True)),
-    "llama-8b": ("llama", dict(model_type="llama", hidden_size=4096, num_hidden_layers=32, intermediate_size=14336,
-                               num_attention_heads=32, num_key_value_heads=8, rms_norm_eps=1e-5,
-                               vocab_size=128256, rope_theta=500000.0, tie_word_embeddings=False)),
-    "qwen3-0.6b": ("qwen3", dict(model_type="qwen3", hidden_size=1024, num_hidden_layers=28, intermediate_size=3072,
-                                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-6,
-                                 vocab_size=151936, rope_theta=1000000.0, max_position_embeddings=40960,
-                                 tie_word_embeddings=True)),
-}
-
-
-def random_model(name: str, dtype: str = "bfloat16", seed: int = 0, quantize: int = 0):
-    """An mlx-lm model of a known shape with seeded random weights."""
-    import importlib
-
-    import mlx.core as mx
-    import mlx.nn as nn
-
-    module, fields = SHAPES[name]
-    mod = importlib.import_module(f"mlx_lm.models.{module}")
-    mx.random.seed(seed)
-    model = mod.Model(mod.ModelArgs.from_dict(fields))
-    # small weights keep the random model's logits well scaled through many layers
-    model.update(nn.utils.tree_map(lambda w: w * 0.5 if isinstance(w, mx.array) else w, model.parameters()))
-    model.set_dtype(getattr(mx, dtype))
-    if quantize:
-        nn.quantize(model, group_size=64, bits=quantize)
-    mx.eval(model.parameters())
-    return model
-
-
-def generate(model, prompt, max_tokens: int):
-    """(tokens, seconds to first token, seconds for the rest) with mlx-lm's generate_step
-    (greedy)."""
-    from mlx_lm.generate import generate_step
-
-    tokens, t0 = [], time.perf_counter()
-    first = None
-    for tok, _ in generate_step(prompt, model, max_tokens=max_tokens):
-        tokens.append(int(tok))
-        if first is None:
-            first = time.perf_counter()
-    end = time.perf_counter()
-    return tokens, first - t0, end - first
-
+from mlx_amd.llm import SHAPES, generate, random_model
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

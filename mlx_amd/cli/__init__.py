@@ -48,6 +48,32 @@ def run_command(ctx: typer.Context,
     raise typer.Exit(run(target, args, module is not None, require_gpu))
 
 
+@app.command("bench")
+def bench_command(shapes: str = typer.Option("llama-1b", help="model shapes, comma-separated: "
+                                              "tiny, llama-1b, llama-8b, qwen3-0.6b"),
+                  tokens: int = typer.Option(64, help="decode tokens per model"),
+                  plain_tokens: int = typer.Option(4, help="tokens of the plain-MLX (CPU) reference; 0 skips it"),
+                  as_json: Optional[str] = typer.Option(None, "--json", help="write the results here"),
+                  chart: Optional[str] = typer.Option(None, "--chart", help="a PNG chart here (needs matplotlib)")):
+    """The standard LLM set on this machine: prefill and decode tokens/s of random-weight models
+    through mlx-lm's own loop, against the bandwidth bound and plain MLX in the same run."""
+    import os
+
+    from ..bench import Bench, chart as make_chart, llm_decode
+
+    b = Bench("llm_decode")
+    out_dir = os.path.dirname(os.path.abspath(as_json)) if as_json else None
+    llm_decode(b, [s.strip() for s in shapes.split(",") if s.strip()], tokens, plain_tokens,
+               out_dir=None, progress=lambda m: typer.echo(m, err=True))
+    if as_json:
+        path = b.write(out_dir)
+        os.replace(path, as_json)
+        typer.echo(f"wrote {as_json}", err=True)
+    if chart:
+        typer.echo(f"wrote {chart}" if make_chart(b.rows, chart)
+                   else "no chart: matplotlib is not installed", err=True)
+
+
 def _run_argv(argv: list) -> int:
     """`run`'s own parsing: everything after the script or module belongs to the program
     (its --help too), which a generic option parser would take for itself."""
