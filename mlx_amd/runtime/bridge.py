@@ -9,7 +9,10 @@ API (see ``src/bridge/graph.h``):
   Graph(outputs)        one walk of the unevaluated graph; ``nodes``, ``arrays``,
                         ``outputs``, ``table()``, ``info``, ``attach``, ``view``,
                         ``try_view``, ``share``, ``donatable``, ``eval_cpu``,
-                        ``finish``, ``watch``, ``release``
+                        ``finish``, ``watch``, ``release``; ``node(i)``/``meta(s)``
+                        rows without the tables; ``fingerprint``, ``record``,
+                        ``leaves``, ``replay`` (src/bridge/replay.h)
+  Program(fp, n)        a recorded evaluation of one graph structure
   drain_freed()         tokens of attached buffers MLX let go of since the last call
   live()                (count, bytes) of attached buffers not yet freed
   expired()             keys of watched buffers that died since the last call
@@ -87,6 +90,7 @@ drain_freed = _bridge.drain_freed
 live = _bridge.live
 expired = _bridge.expired
 launch = _bridge.launch
+Program = _bridge.Program
 
-__all__ = ["Graph", "versions", "probe", "buffer_info", "drain_freed", "live", "expired", "launch",
+__all__ = ["Graph", "versions", "probe", "buffer_info", "drain_freed", "live", "expired", "launch", "Program",
            "check_versions", "check_abi", "MLX_VERSION"]

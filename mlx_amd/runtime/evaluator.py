@@ -10,12 +10,19 @@ die as early as they do in MLX. Which arrays escaped the evaluation is known at 
 end without guessing: our buffers whose deleter has not run are held by someone.
 
 Per-node Python work is kept small: kernel choice and launch geometry are cached by
-the node's signature (primitive, parameters, input/output layouts).
+the node's signature (primitive, parameters, input/output layouts). A graph structure
+seen again (same primitive classes and topology: a decode or training step) is recorded
+into a ``Program`` and later evaluations replay it from native code
+(``src/bridge/replay.h``): per node the bridge checks primitive and layouts against the
+recording and launches the recorded kernels; a node that differs runs here, alone.
+``MLX_AMD_REPLAY=0`` switches replay off.
 """
 
 from __future__ import annotations
 
 import collections
+import ctypes
+import os
 import threading
 import weakref
 
@@ -32,6 +39,10 @@ from .plan import Memset as _Memset
 
 
 SMALL_LEAF = 256   # bytes: leaves up to this size are prefetched together (_prefetch_small)
+MAX_PLANS = 8192   # node plans kept (decode steps make a new one per KV length)
+# a replay allocates every output of the graph before it runs (freed ones come back only
+# after it): graphs whose outputs add up to more stay on the node-by-node path
+REPLAY_BYTES = int(os.environ.get("MLX_AMD_REPLAY_BYTES", str(256 << 20)))
 
 # primitive class name -> family launcher module, built once from the launchers' own tables
 DISPATCH = dispatch_table()
@@ -106,6 +117,10 @@ class Evaluator:
         self._pending_base = 0
         self._events: list = []            # recycled completion events
         self.native = _NativeLauncher.for_driver(driver) if self.gpu else None
+        self.replay = self.native is not None and os.environ.get("MLX_AMD_REPLAY", "1") != "0"
+        self.programs: dict = {}           # fingerprint -> _Program
+        self._seen: dict = {}              # fingerprint -> sightings before recording
+        self.replays = 0                   # evaluations that ran through a program
         _OWNERS.add(residency)
 
     # ------------------------------------------------------------------ public
@@ -259,32 +274,145 @@ class Evaluator:
         res.upload_small(items, self.stream)
 
     def _run(self, g):
+        prog = None
+        if self.replay:
+            fp = g.fingerprint
+            known = self.programs.get(fp)
+            if known is not None and len(known.program) == len(g):
+                self._replay(g, known)
+                return
+            seen = self._seen.get(fp, 0) + 1
+            if seen >= 2:
+                self._seen.pop(fp, None)
+                prog = _bridge.Program(fp, len(g))
+            else:
+                if len(self._seen) > 1024:
+                    self._seen.clear()
+                self._seen[fp] = seen
         metas = g.arrays
         if self.gpu:
             self._prefetch_small(g, metas)
-        count = self.stats.count
         for i, (prim, params, ins, outs) in enumerate(g.nodes):
-            if prim in VIEW_PRIMITIVES and g.try_view(i):
-                count(prim, "view")
-            else:
-                fam = DISPATCH.get(prim) if self.gpu else None
-                if fam is not None and self._gpu(g, metas, fam, prim, params, ins, outs):
-                    count(prim, "gpu")
-                else:
-                    self._fallback(g, i, ins, outs)
-                    count(prim, "cpu")
-                    g.finish(i)
-                    # MLX allocated (and may have freed) host memory: learn of dead
-                    # buffers before an address can come back under a new array.
-                    self._reap()
-                    continue
-            g.finish(i)
-            freed = _bridge.drain_freed()
-            if freed:
-                _route_freed(freed)
+            self._node(g, metas, i, prim, params, ins, outs, prog)
+        if prog is not None:
+            self._keep(prog)
 
-    def _gpu(self, g, metas, fam, prim, params, ins, outs) -> bool:
-        """Run one node through its family's plan; False: no plan covers it (fallback)."""
+    def _node(self, g, metas, i, prim, params, ins, outs, prog=None):
+        """Evaluate node i (view, GPU plan or CPU fallback) and finish it; with ``prog``,
+        record what was done. Returns [(key, device address)] of fresh output buffers."""
+        fresh = ()
+        if prim in VIEW_PRIMITIVES and g.try_view(i):
+            if prog is not None:
+                g.record(prog, i, 1)
+            self.stats.count(prim, "view")
+        else:
+            fam = DISPATCH.get(prim) if self.gpu else None
+            done = fam is not None and self._gpu(g, metas, fam, prim, params, ins, outs, prog, i)
+            if done:
+                fresh = done
+                self.stats.count(prim, "gpu")
+            else:
+                if prog is not None:
+                    g.record(prog, i, 0)
+                self._fallback(g, i, ins, outs)
+                self.stats.count(prim, "cpu")
+                g.finish(i)
+                # MLX allocated (and may have freed) host memory: learn of dead
+                # buffers before an address can come back under a new array.
+                self._reap()
+                return ()
+        g.finish(i)
+        freed = _bridge.drain_freed()
+        if freed:
+            _route_freed(freed)
+        return fresh if fresh is not True else ()
+
+    # ------------------------------------------------------------------- replay
+    def _keep(self, prog):
+        sizes = prog.buffer_sizes()
+        if sum(sizes) > REPLAY_BYTES:
+            return
+        kinds = prog.kinds()
+        if not any(k == "gpu" for _, k in kinds):
+            return
+        if len(self.programs) >= 256:
+            self.programs.clear()
+        self.programs[prog.fingerprint] = _Program(prog, sizes, kinds)
+
+    def _replay(self, g, known) -> None:
+        """Evaluate g through a recorded program. Nodes that differ from the recording run
+        through ``_node``, one at a time."""
+        res, stream, prog = self.residency, self.stream, known.program
+        leaf_dev, small = {}, []
+        for slot, key, host, nbytes, token, ndim, size in g.leaves():
+            if key in leaf_dev:
+                continue
+            if token == -1 and not res.is_tracked(key):
+                g.watch(slot)  # MLX-owned: the bridge tells us when its host buffer dies
+                if ndim <= 1 and size <= 64 and nbytes <= SMALL_LEAF:
+                    small.append((key, host, nbytes))
+                    leaf_dev[key] = None
+                    continue
+            leaf_dev[key] = res.device_ptr(key, host, nbytes, stream)
+        if small:
+            res.upload_small(small, stream)
+            for key, host, nbytes in small:
+                leaf_dev[key] = res.device_ptr(key, host, nbytes, stream)
+        bufs = []
+        try:
+            for n in known.sizes:
+                key, host, dev = res.new_buffer(n)
+                bufs.append((key, host, dev, n))
+            arena = res.device_pool.alloc(prog.arena_bytes) if prog.arena_bytes else None
+        except BaseException:
+            res.freed([b[0] for b in bufs])
+            raise
+        written_fn = res.written
+        metas = _Metas(g)
+
+        def apply(written):
+            for key, lo, hi in written:
+                written_fn(key, None if lo < 0 else (lo, hi))
+
+        def node_cb(n, written):
+            apply(written)
+            prim, params, ins, outs = g.node(n)
+            return list(self._node(g, metas, n, prim, params, ins, outs))
+
+        def error_cb(n, status, fn, grid, block, args, shared_mem):
+            self.driver.launch_failed(status, ctypes.c_void_p(fn), grid, block, args, shared_mem, stream)
+
+        self.driver.ensure_bound()
+        unused: list = []
+        try:
+            written, python_nodes = g.replay(
+                prog, leaf_dev, bufs, arena.data if arena is not None else 0, self.native._entry,
+                self.native._end, stream.value if stream is not None else 0, node_cb, error_cb,
+                unused)
+        finally:
+            if arena is not None:
+                res.device_pool.free(arena)   # stream order: later users queue behind
+            if unused:
+                res.freed(unused)
+        apply(written)
+        self.replays += 1
+        count, by_prim = self.stats.count, self.stats.by_prim
+        for name, k in known.kinds:
+            if k != "python":
+                count(name, k)
+        for n in python_nodes:
+            name, k = known.kinds[n]
+            if k != "python":
+                by_prim[name][k] -= 1
+        if len(python_nodes) * 2 > len(prog):   # mostly different from the recording
+            self.programs.pop(prog.fingerprint, None)
+        freed = _bridge.drain_freed()
+        if freed:
+            _route_freed(freed)
+
+    def _gpu(self, g, metas, fam, prim, params, ins, outs, prog=None, i=-1):
+        """Run one node through its family's plan; False: no plan covers it (fallback).
+        Else [(key, device address)] of the fresh output buffers (or True: none)."""
         infos = [g.info(s) for s in ins]
         if None in infos:
             return False
@@ -295,6 +423,9 @@ class Evaluator:
         sig = (prim, params, in_sig, out_sig)
         entry = self.plans.get(sig)
         if entry is None:
+            if len(self.plans) >= MAX_PLANS:
+                for k in list(self.plans)[: MAX_PLANS // 2]:   # the oldest half
+                    del self.plans[k]
             entry = self.plans[sig] = self._plan(fam, prim, params, in_sig, out_sig)
         plan, out_nbytes = entry
         if plan is None:
@@ -327,10 +458,53 @@ class Evaluator:
                 donated.append(True)
             keys.append(key)
             out_ptrs.append(ptr)
+        if prog is not None:
+            g.record(prog, i, 2)
+            self._record(prog, i, plan, out_nbytes)
         self.run_plan(plan, in_ptrs, out_ptrs, donated)
+        fresh = []
         for j, key in enumerate(keys):
             res.written(key, plan.written[j] if donated[j] and plan.written else None)
-        return True
+            if not donated[j]:
+                fresh.append((key, out_ptrs[j]))
+        return fresh or True
+
+    def _record(self, prog, i, plan, out_nbytes):
+        """Hand node i's plan to the program as native steps (temporaries at offsets of
+        one arena: one stream, so every node can reuse it)."""
+        offs, total = [], 0
+        for n in plan.temps:
+            offs.append(total)
+            total += (n + 255) & ~255
+        stream, driver = self.stream, self.driver
+
+        def refs_of(refs):
+            return [("t", 0, offs[r[1]] + r[2]) if r[0] == "t" else (r[0], r[1], r[2]) for r in refs]
+
+        def convert(steps, init_out):
+            out = []
+            for st in steps:
+                if type(st) is _Launch:
+                    if st.empty:
+                        continue
+                    fn = st.function if st.function is not None else self.modules.function(st.family, st.kernel)
+                    refs = st.refs
+                    if refs is None:
+                        refs = [("i", k, 0) for k in range(st.n_ptrs - 1)] + [("o", 0, 0)]
+                    out.append(("L", fn.value, st.grid, st.block, st.shared_mem, refs_of(refs), st.tail, init_out))
+                elif type(st) is _Memset:
+                    if st.nbytes:
+                        out.append(("C", _MemsetStep(driver, st.value, st.nbytes, stream), refs_of([st.ref]), init_out))
+                else:
+                    out.append(("C", _HostStep(st.fn, stream, self), refs_of(st.refs), init_out))
+            return out
+
+        steps = []
+        for j, init in plan.init:
+            steps += convert(init, j)
+        steps += convert(plan.steps, -1)
+        written = [w for w in plan.written] if plan.written else []
+        prog.set_gpu(i, tuple(out_nbytes), [tuple(d) for d in plan.donate], written, steps, total)
 
     def run_plan(self, plan, in_ptrs, out_ptrs, donated=None):
         """Queue a plan's steps on given device addresses: temporaries from the pool for the
@@ -394,3 +568,40 @@ class Evaluator:
                 res.host_written(inf[0])
 
 
+class _Program:
+    __slots__ = ("program", "sizes", "kinds")
+
+    def __init__(self, program, sizes, kinds):
+        self.program, self.sizes, self.kinds = program, sizes, kinds
+
+
+class _Metas:
+    """``g.arrays`` row by row, for nodes a replay hands back (no whole table)."""
+
+    __slots__ = ("g",)
+
+    def __init__(self, g):
+        self.g = g
+
+    def __getitem__(self, s):
+        return self.g.meta(s)
+
+
+class _MemsetStep:
+    __slots__ = ("driver", "value", "nbytes", "stream")
+
+    def __init__(self, driver, value, nbytes, stream):
+        self.driver, self.value, self.nbytes, self.stream = driver, value, nbytes, stream
+
+    def __call__(self, ptrs):
+        self.driver.memset(ptrs[0], self.value, self.nbytes, self.stream)
+
+
+class _HostStep:
+    __slots__ = ("fn", "stream", "ev")
+
+    def __init__(self, fn, stream, ev):
+        self.fn, self.stream, self.ev = fn, stream, ev
+
+    def __call__(self, ptrs):
+        self.fn(ptrs, self.stream, self.ev)

@@ -157,33 +157,83 @@ Graph::Graph(const std::vector<mx::array>& outputs, bool async) {
     }
   }
 
-  // Python views of the table, built once (topology and shapes are fixed).
-  // Thousands of fresh tuples would trigger the cyclic GC for nothing.
+  // Structure fingerprint (FNV-1a): primitive classes and topology.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) {
+    h ^= v;
+    h *= 1099511628211ull;
+  };
+  mix(slots_.size());
+  for (auto& node : nodes_) {
+    const mx::array& a = *slots_[node.outputs[0]].arr;
+    mix(typeid(a.primitive()).hash_code());
+    mix(node.inputs.size());
+    for (auto s : node.inputs) mix(s);
+    mix(node.outputs.size());
+  }
+  for (auto s : outputs_) mix(s);
+  fingerprint_ = h;
+}
+
+// Python views of the table, built on first use (a replayed graph never needs
+// them). Thousands of fresh tuples would trigger the cyclic GC for nothing.
+nb::tuple Graph::node_row(const Node& node) {
+  const mx::array& a = *slots_[node.outputs[0]].arr;
+  nb::object params = node.prim->params ? node.prim->params(a.primitive()) : nb::none();
+  return nb::make_tuple(node.prim->name, params, int_tuple(node.inputs),
+                        int_tuple(node.outputs));
+}
+
+nb::tuple Graph::slot_row(const Slot& sl) {
+  const mx::array& a = *sl.arr;
+  return nb::make_tuple(int_tuple(a.shape()), dtype_str(a.dtype()),
+                        nb::bool_(sl.producer < 0));
+}
+
+void Graph::build_tables() {
+  if (nodes_cache_.is_valid()) return;
   struct GcPause {
     int was = PyGC_Disable();
     ~GcPause() { if (was) PyGC_Enable(); }
   } gc_pause;
+  // Rows of nodes already finished (detached) cannot be rebuilt: the table is
+  // only valid when asked for before the walk starts, which is how it is used.
   nb::list nl;
   for (auto& node : nodes_) {
-    const mx::array& a = *slots_[node.outputs[0]].arr;
-    nb::object params = node.prim->params
-        ? node.prim->params(a.primitive())
-        : nb::none();
-    nl.append(nb::make_tuple(node.prim->name, params, int_tuple(node.inputs),
-                             int_tuple(node.outputs)));
+    if (node.detached) {
+      nl.append(nb::none());
+      continue;
+    }
+    nl.append(node_row(node));
   }
   nb::list al;
   for (auto& sl : slots_) {
-    const mx::array& a = *sl.arr;
-    al.append(nb::make_tuple(int_tuple(a.shape()), dtype_str(a.dtype()),
-                             nb::bool_(sl.producer < 0)));
+    al.append(sl.arr ? slot_row(sl) : nb::object(nb::none()));
   }
   nodes_cache_ = std::move(nl);
   arrays_cache_ = std::move(al);
 }
 
-nb::list Graph::nodes() { return nb::borrow<nb::list>(nodes_cache_); }
-nb::list Graph::arrays() { return nb::borrow<nb::list>(arrays_cache_); }
+nb::tuple Graph::node(int64_t n) {
+  if (nodes_cache_.is_valid()) return nb::borrow<nb::tuple>(nb::borrow<nb::list>(nodes_cache_)[n]);
+  return node_row(node_at(n, "node"));
+}
+
+nb::tuple Graph::meta(int64_t s) {
+  if (arrays_cache_.is_valid()) return nb::borrow<nb::tuple>(nb::borrow<nb::list>(arrays_cache_)[s]);
+  auto& sl = slot_at(s, "meta");
+  if (!sl.arr) value_error("meta: slot " + std::to_string(s) + " was released");
+  return slot_row(sl);
+}
+
+nb::list Graph::nodes() {
+  build_tables();
+  return nb::borrow<nb::list>(nodes_cache_);
+}
+nb::list Graph::arrays() {
+  build_tables();
+  return nb::borrow<nb::list>(arrays_cache_);
+}
 nb::tuple Graph::outputs() const { return int_tuple(outputs_); }
 
 // ---------------------------------------------------------------------------

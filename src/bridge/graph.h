@@ -3,6 +3,7 @@
 #pragma once
 
 #include "bridge.h"
+#include "replay.h"
 
 namespace mlx_amd {
 
@@ -14,6 +15,11 @@ class Graph {
 
   nb::list nodes();
   nb::list arrays();
+  // one node's row of nodes() / one slot's row of arrays(), without the tables
+  nb::tuple node(int64_t n);
+  nb::tuple meta(int64_t s);
+  // the structure: primitive classes, topology, leaves (not shapes or params)
+  uint64_t fingerprint() const { return fingerprint_; }
   nb::tuple outputs() const;
   size_t num_nodes() const { return nodes_.size(); }
   size_t num_slots() const { return slots_.size(); }
@@ -30,7 +36,16 @@ class Graph {
   int64_t watch(int64_t slot);
   void release();
 
+  // replay.cpp: recording and replaying a Program
+  void record(Program& prog, int64_t node, int kind);
+  nb::list leaves();
+  nb::tuple replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
+                   uintptr_t arena, uintptr_t entry, intptr_t param_end,
+                   uintptr_t stream, nb::callable node_cb,
+                   nb::callable error_cb, nb::list unused);
+
  private:
+
   struct Slot {
     std::optional<mx::array> arr;
     int32_t producer = -1;           // node index, -1 for a leaf
@@ -48,6 +63,9 @@ class Graph {
   };
 
   uint32_t add_slot(const mx::array& a, int32_t producer);
+  void build_tables();
+  nb::tuple node_row(const Node& node);
+  nb::tuple slot_row(const Slot& sl);
   Slot& slot_at(int64_t s, const char* what);
   mx::array& array_at(int64_t s, const char* what);
   Node& node_at(int64_t n, const char* what);
@@ -60,6 +78,7 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<uint32_t> outputs_;
   nb::object nodes_cache_, arrays_cache_;
+  uint64_t fingerprint_ = 0;
 };
 
 }  // namespace mlx_amd

@@ -91,5 +91,29 @@ NB_MODULE(_bridge, m) {
       .def("finish", &Graph::finish, "node"_a)
       .def("watch", &Graph::watch, "slot"_a)
       .def("release", &Graph::release)
-      .def("__len__", &Graph::num_nodes);
+      .def("__len__", &Graph::num_nodes)
+      .def("node", &Graph::node, "n"_a, "nodes()[n], without building the table")
+      .def("meta", &Graph::meta, "slot"_a, "arrays()[slot], without building the table")
+      .def_prop_ro("fingerprint", &Graph::fingerprint,
+                   "hash of the structure: primitive classes and topology")
+      .def("record", &Graph::record, "program"_a, "node"_a, "kind"_a,
+           "snapshot node's primitive and input layouts into the program "
+           "(kind 0 Python, 1 view, 2 GPU); before finish()")
+      .def("leaves", &Graph::leaves,
+           "[(slot, key, host_ptr, buffer_nbytes, token, ndim, size)] per leaf with data")
+      .def("replay", &Graph::replay, "program"_a, "leaf_dev"_a, "buffers"_a,
+           "arena"_a, "entry"_a, "param_end"_a, "stream"_a, "node_cb"_a,
+           "error_cb"_a, "unused"_a,
+           "run the graph through a recorded program (src/bridge/replay.h); "
+           "returns ([(key, lo, hi)] written, nodes run in Python); the keys of "
+           "buffers no output took are appended to `unused`, also on an error");
+  nb::class_<mlx_amd::Program>(m, "Program", "a recorded evaluation of one graph structure")
+      .def(nb::init<uint64_t, size_t>(), "fingerprint"_a, "num_nodes"_a)
+      .def_prop_ro("fingerprint", &mlx_amd::Program::fingerprint)
+      .def("__len__", &mlx_amd::Program::num_nodes)
+      .def("buffer_sizes", &mlx_amd::Program::buffer_sizes)
+      .def_prop_ro("arena_bytes", &mlx_amd::Program::arena_bytes)
+      .def("set_gpu", &mlx_amd::Program::set_gpu, "node"_a, "out_nbytes"_a,
+           "donate"_a, "written"_a, "steps"_a, "temp_bytes"_a)
+      .def("kinds", &mlx_amd::Program::kinds);
 }

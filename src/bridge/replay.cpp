@@ -1,0 +1,342 @@
+// Recording and replaying Programs (see replay.h).
+#include "replay.h"
+
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "graph.h"
+
+#include <nanobind/stl/string.h>
+
+namespace mlx_amd {
+
+namespace {
+
+using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned,
+                         unsigned, unsigned, void*, void**, void**);
+
+PLayout layout_of(const mx::array& a) {
+  PLayout l;
+  l.shape = a.shape();
+  l.strides = a.strides();
+  l.dtype = a.dtype();
+  l.data_size = a.data_size();
+  const auto& f = a.flags();
+  l.row = f.row_contiguous;
+  l.col = f.col_contiguous;
+  l.contig = f.contiguous;
+  return l;
+}
+
+bool same_layout(const PLayout& l, const mx::array& a) {
+  const auto& f = a.flags();
+  return l.dtype == a.dtype() && l.data_size == a.data_size() &&
+         l.row == bool(f.row_contiguous) && l.col == bool(f.col_contiguous) &&
+         l.contig == bool(f.contiguous) && l.shape == a.shape() &&
+         l.strides == a.strides();
+}
+
+[[noreturn]] void bad(const std::string& msg) { throw nb::value_error(msg.c_str()); }
+
+}  // namespace
+
+PNode& Program::at(int64_t n, const char* what) {
+  if (n < 0 || n >= static_cast<int64_t>(nodes_.size())) {
+    throw nb::index_error((std::string(what) + ": node " + std::to_string(n) +
+                           " out of range").c_str());
+  }
+  return nodes_[n];
+}
+
+void Program::set_gpu(int64_t n, nb::tuple out_nbytes, nb::list donate,
+                      nb::list written, nb::list steps, int64_t temp_bytes) {
+  auto& pn = at(n, "set_gpu");
+  if (pn.kind != PKind::Gpu) bad("set_gpu: node " + std::to_string(n) + " was not recorded as a GPU node");
+  pn.out_nbytes.clear();
+  for (auto o : out_nbytes) pn.out_nbytes.push_back(nb::cast<size_t>(o));
+  if (pn.out_nbytes.size() != pn.out_shapes.size()) bad("set_gpu: one byte size per output");
+  pn.donate.clear();
+  for (auto d : donate) {
+    auto t = nb::cast<nb::tuple>(d);
+    pn.donate.emplace_back(nb::cast<int32_t>(t[0]), nb::cast<int32_t>(t[1]));
+  }
+  pn.written.clear();
+  for (auto w : written) {
+    if (w.is_none()) {
+      pn.written.emplace_back(-1, -1);
+    } else {
+      auto t = nb::cast<nb::tuple>(w);
+      pn.written.emplace_back(nb::cast<int64_t>(t[0]), nb::cast<int64_t>(t[1]));
+    }
+  }
+  if (!pn.written.empty() && pn.written.size() != pn.out_shapes.size()) bad("set_gpu: written needs one entry per output");
+  pn.steps.clear();
+  for (auto so : steps) {
+    // ("L", function, grid, block, shared_mem, refs, tail, init_out) or
+    // ("C", callable, refs, init_out)
+    auto t = nb::cast<nb::tuple>(so);
+    PStep st;
+    auto kind = nb::cast<std::string>(t[0]);
+    nb::handle refs;
+    if (kind == "L") {
+      st.function = nb::cast<uintptr_t>(t[1]);
+      auto g = nb::cast<nb::tuple>(t[2]), b = nb::cast<nb::tuple>(t[3]);
+      for (int i = 0; i < 3; ++i) {
+        st.grid[i] = nb::cast<unsigned>(g[i]);
+        st.block[i] = nb::cast<unsigned>(b[i]);
+      }
+      st.shared_mem = nb::cast<unsigned>(t[4]);
+      refs = t[5];
+      auto tail = nb::cast<nb::bytes>(t[6]);
+      st.tail.assign(tail.c_str(), tail.size());
+      st.init_out = nb::cast<int32_t>(t[7]);
+    } else if (kind == "C") {
+      st.callback = nb::borrow(t[1]);
+      refs = t[2];
+      st.init_out = nb::cast<int32_t>(t[3]);
+    } else {
+      bad("set_gpu: step kind must be 'L' or 'C', got '" + kind + "'");
+    }
+    for (auto r : nb::cast<nb::list>(refs)) {
+      auto rt = nb::cast<nb::tuple>(r);
+      auto k = nb::cast<std::string>(rt[0]);
+      PRef ref{k.empty() ? '?' : k[0], nb::cast<int32_t>(rt[1]), nb::cast<int64_t>(rt[2])};
+      int32_t lim = ref.kind == 'i' ? static_cast<int32_t>(pn.ins.size())
+                  : ref.kind == 'o' ? static_cast<int32_t>(pn.out_shapes.size())
+                  : ref.kind == 't' ? INT32_MAX : -1;
+      if (ref.index < 0 || ref.index >= lim) bad("set_gpu: bad buffer reference in node " + std::to_string(n));
+      st.refs.push_back(ref);
+    }
+    pn.steps.push_back(std::move(st));
+  }
+  if (temp_bytes < 0) bad("set_gpu: negative temporary size");
+  arena_ = std::max(arena_, static_cast<size_t>(temp_bytes));
+}
+
+nb::list Program::buffer_sizes() const {
+  nb::list out;
+  for (auto& pn : nodes_) {
+    if (pn.kind != PKind::Gpu) continue;
+    for (auto n : pn.out_nbytes) out.append(n);
+  }
+  return out;
+}
+
+nb::list Program::kinds() const {
+  nb::list out;
+  for (auto& pn : nodes_) {
+    const char* k = pn.kind == PKind::Gpu ? "gpu" : pn.kind == PKind::View ? "view" : "python";
+    out.append(nb::make_tuple(pn.name, k));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+void Graph::record(Program& prog, int64_t n, int kind) {
+  if (prog.fingerprint() != fingerprint_ || prog.num_nodes() != nodes_.size()) {
+    bad("record: the program was made for another graph structure");
+  }
+  auto& node = node_at(n, "record");
+  auto& pn = prog.at(n, "record");
+  const mx::array& a = *slots_[node.outputs[0]].arr;
+  pn.kind = kind == 2 ? PKind::Gpu : kind == 1 ? PKind::View : PKind::Python;
+  pn.name = node.prim->name;
+  pn.type = &typeid(a.primitive());
+  pn.prim = a.primitive_ptr();
+  pn.ins.clear();
+  for (auto s : node.inputs) pn.ins.push_back(layout_of(*slots_[s].arr));
+  pn.out_shapes.clear();
+  for (auto s : node.outputs) pn.out_shapes.push_back(slots_[s].arr->shape());
+  pn.out_nbytes.assign(node.outputs.size(), 0);
+}
+
+nb::list Graph::leaves() {
+  // (slot, key, host data pointer, buffer bytes, token, ndim, size) per leaf
+  nb::list out;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    auto& sl = slots_[s];
+    if (sl.producer >= 0 || !sl.arr) continue;
+    const mx::array& a = *sl.arr;
+    auto buf = a.buffer();
+    uintptr_t key = reinterpret_cast<uintptr_t>(buf.ptr());
+    if (!a.data_shared_ptr() || !key) continue;
+    out.append(nb::make_tuple(s, key, reinterpret_cast<uintptr_t>(buf.raw_ptr()),
+                              a.buffer_size(), token_of(buf), a.ndim(), a.size()));
+  }
+  return out;
+}
+
+nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
+                        uintptr_t arena, uintptr_t entry, intptr_t param_end,
+                        uintptr_t stream, nb::callable node_cb,
+                        nb::callable error_cb, nb::list unused) {
+  if (prog.fingerprint() != fingerprint_ || prog.num_nodes() != nodes_.size()) {
+    bad("replay: the program was made for another graph structure");
+  }
+  // buffer key -> device address of the buffer's host data start
+  std::unordered_map<uintptr_t, uintptr_t> dev;
+  dev.reserve(leaf_dev.size() + bufs.size());
+  for (auto [k, v] : leaf_dev) dev.emplace(nb::cast<uintptr_t>(k), nb::cast<uintptr_t>(v));
+  struct Buf { int64_t key; uintptr_t host, dev; size_t nbytes; };
+  std::vector<Buf> pool;
+  pool.reserve(bufs.size());
+  for (auto b : bufs) {
+    auto t = nb::cast<nb::tuple>(b);
+    pool.push_back({nb::cast<int64_t>(t[0]), nb::cast<uintptr_t>(t[1]),
+                    nb::cast<uintptr_t>(t[2]), nb::cast<size_t>(t[3])});
+  }
+  // each GPU node's outputs own fixed positions in `bufs` (Program::buffer_sizes order)
+  std::vector<size_t> base(nodes_.size(), 0);
+  size_t total = 0;
+  for (int64_t n = 0; n < static_cast<int64_t>(nodes_.size()); ++n) {
+    auto& pn = prog.at(n, "replay");
+    base[n] = total;
+    if (pn.kind == PKind::Gpu) total += pn.out_nbytes.size();
+  }
+  if (total != pool.size()) {
+    bad("replay: " + std::to_string(pool.size()) + " buffers given for " + std::to_string(total) + " outputs");
+  }
+  std::vector<char> taken(pool.size(), 0);
+  // On every way out, also an exception: the buffers no output took go back to
+  // the caller to free.
+  struct Untaken {
+    const std::vector<Buf>& pool;
+    const std::vector<char>& taken;
+    nb::list& out;
+    ~Untaken() {
+      for (size_t i = 0; i < pool.size(); ++i) {
+        if (!taken[i]) out.append(pool[i].key);
+      }
+    }
+  } untaken{pool, taken, unused};
+  nb::list written, python_nodes;
+  auto launch = reinterpret_cast<LaunchFn>(entry);
+  std::vector<uintptr_t> in_ptrs, out_ptrs, ptrs;
+  std::vector<char> donated;
+  std::string blob;
+
+  auto address = [&](const mx::array& a, uintptr_t* out) {
+    auto buf = a.buffer();
+    auto it = dev.find(reinterpret_cast<uintptr_t>(buf.ptr()));
+    if (it == dev.end()) return false;
+    *out = it->second + static_cast<uintptr_t>(a.offset());
+    return true;
+  };
+  auto python = [&](int64_t n) {
+    python_nodes.append(n);
+    // runs the node in Python (and finishes it); returns [(key, device address)]
+    // of the buffers its outputs now use
+    // (the write records so far go first: a CPU fallback reads what they mark stale)
+    nb::object r = node_cb(n, written);
+    written = nb::list();
+    for (auto kv : nb::cast<nb::list>(r)) {
+      auto t = nb::cast<nb::tuple>(kv);
+      dev[nb::cast<uintptr_t>(t[0])] = nb::cast<uintptr_t>(t[1]);
+    }
+  };
+
+  for (int64_t n = 0; n < static_cast<int64_t>(nodes_.size()); ++n) {
+    auto& node = nodes_[n];
+    auto& pn = prog.at(n, "replay");
+    if (node.finished) continue;
+    const mx::array& a = *slots_[node.outputs[0]].arr;
+    auto& prim = a.primitive();
+    bool same = pn.kind != PKind::Python && pn.type == &typeid(prim) &&
+                (pn.prim.get() == &prim || pn.prim->is_equivalent(prim));
+    if (same && pn.kind == PKind::View) {
+      if (try_view(n)) {
+        finish(n);
+      } else {
+        python(n);
+      }
+      continue;
+    }
+    if (same) {
+      for (size_t i = 0; i < node.inputs.size() && same; ++i) {
+        same = same_layout(pn.ins[i], *slots_[node.inputs[i]].arr);
+      }
+      for (size_t j = 0; j < node.outputs.size() && same; ++j) {
+        same = pn.out_shapes[j] == slots_[node.outputs[j]].arr->shape();
+      }
+    }
+    in_ptrs.resize(node.inputs.size());
+    for (size_t i = 0; i < node.inputs.size() && same; ++i) {
+      same = address(*slots_[node.inputs[i]].arr, &in_ptrs[i]);
+    }
+    if (!same) {
+      python(n);
+      continue;
+    }
+    // outputs: take over a donatable input, else a buffer allocated for us
+    out_ptrs.assign(node.outputs.size(), 0);
+    donated.assign(node.outputs.size(), 0);
+    std::vector<uintptr_t> taken_keys;
+    for (size_t j = 0; j < node.outputs.size(); ++j) {
+      auto s_out = node.outputs[j];
+      size_t nbytes = pn.out_nbytes[j];
+      for (auto [oj, ii] : pn.donate) {
+        if (oj != static_cast<int32_t>(j)) continue;
+        auto s_in = node.inputs[ii];
+        const mx::array& in = *slots_[s_in].arr;
+        auto buf = in.buffer();
+        auto key = reinterpret_cast<uintptr_t>(buf.ptr());
+        if (token_of(buf) != -1 && in.buffer_size() == nbytes && in.offset() == 0 &&
+            in.flags().row_contiguous && in.data_size() * in.itemsize() == nbytes &&
+            std::find(taken_keys.begin(), taken_keys.end(), key) == taken_keys.end() &&
+            donatable(s_in)) {
+          share(s_out, s_in);
+          out_ptrs[j] = in_ptrs[ii];
+          donated[j] = 1;
+          taken_keys.push_back(key);
+          written.append(nb::make_tuple(static_cast<int64_t>(key), pn.written.empty() ? -1 : pn.written[j].first,
+                                        pn.written.empty() ? -1 : pn.written[j].second));
+          break;
+        }
+      }
+      if (!donated[j]) {
+        size_t bi = base[n] + j;
+        auto& b = pool[bi];
+        if (b.nbytes != nbytes) bad("replay: buffer " + std::to_string(bi) + " has the wrong size");
+        taken[bi] = 1;
+        auto& arr = *slots_[s_out].arr;
+        arr.set_data(make_foreign_data(b.host, arr.nbytes(), b.key));
+        dev[static_cast<uintptr_t>(b.key)] = b.dev;
+        out_ptrs[j] = b.dev;
+        taken_keys.push_back(static_cast<uintptr_t>(b.key));
+        written.append(nb::make_tuple(b.key, -1, -1));
+      }
+    }
+    for (auto& st : pn.steps) {
+      if (st.init_out >= 0 && donated[st.init_out]) continue;
+      ptrs.clear();
+      for (auto& r : st.refs) {
+        uintptr_t base = r.kind == 'i' ? in_ptrs[r.index] : r.kind == 'o' ? out_ptrs[r.index] : arena;
+        ptrs.push_back(base + static_cast<uintptr_t>(r.offset));
+      }
+      if (st.callback.is_valid()) {
+        st.callback(int_tuple(ptrs));
+        continue;
+      }
+      if (st.grid[0] == 0) continue;
+      blob.assign(reinterpret_cast<const char*>(ptrs.data()), ptrs.size() * sizeof(uintptr_t));
+      blob += st.tail;
+      size_t size = blob.size();
+      void* extra[5] = {reinterpret_cast<void*>(1), blob.data(), reinterpret_cast<void*>(2), &size,
+                        reinterpret_cast<void*>(param_end)};
+      int status = launch(reinterpret_cast<void*>(st.function), st.grid[0], st.grid[1], st.grid[2],
+                          st.block[0], st.block[1], st.block[2], st.shared_mem,
+                          reinterpret_cast<void*>(stream), nullptr, size ? extra : nullptr);
+      if (status) {
+        error_cb(n, status, st.function, nb::make_tuple(st.grid[0], st.grid[1], st.grid[2]),
+                 nb::make_tuple(st.block[0], st.block[1], st.block[2]),
+                 nb::bytes(blob.data(), blob.size()), st.shared_mem);
+        bad("replay: a launch failed and the error callback did not raise");
+      }
+    }
+    finish(n);
+  }
+  return nb::make_tuple(written, python_nodes);
+}
+
+}  // namespace mlx_amd

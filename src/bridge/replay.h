@@ -1,0 +1,83 @@
+// A recorded evaluation of one graph shape, replayed from native code.
+//
+// Python plans a graph node by node; the second time a graph with the same
+// structure (fingerprint) is seen it records what it did per node into a
+// Program. Later evaluations of that structure run through Graph::replay: per
+// node, native code checks that the primitive (is_equivalent) and the input
+// layouts are the recorded ones, makes views, takes output buffers Python
+// allocated in bulk, resolves addresses and launches the recorded kernels.
+// Anything that differs or is unknown (a parameter that changed, an input
+// buffer without a device address, a CPU-fallback node) goes back to Python
+// for that node only, through a callback. Python keeps every decision (plans,
+// memory, residency); native code only executes them.
+#pragma once
+
+#include <typeinfo>
+
+#include "bridge.h"
+
+namespace mlx_amd {
+
+struct PRef {
+  char kind;       // 'i' input, 'o' output, 't' temporary (arena offset)
+  int32_t index;
+  int64_t offset;  // bytes
+};
+
+struct PStep {
+  // a kernel launch (callback empty) or a Python callable taking the
+  // resolved addresses (memsets, vendor-library calls)
+  uintptr_t function = 0;
+  unsigned grid[3] = {0, 0, 0}, block[3] = {1, 1, 1};
+  unsigned shared_mem = 0;
+  std::vector<PRef> refs;
+  std::string tail;
+  nb::object callback;
+  int32_t init_out = -1;  // >= 0: runs only when that output was not donated
+};
+
+struct PLayout {
+  mx::Shape shape;
+  mx::Strides strides;
+  mx::Dtype dtype = mx::float32;
+  size_t data_size = 0;
+  bool row = false, col = false, contig = false;
+};
+
+enum class PKind : uint8_t { Python, View, Gpu };
+
+struct PNode {
+  PKind kind = PKind::Python;
+  const std::type_info* type = nullptr;
+  std::shared_ptr<mx::Primitive> prim;   // the recorded one, for is_equivalent
+  std::vector<PLayout> ins;
+  std::vector<mx::Shape> out_shapes;
+  std::vector<size_t> out_nbytes;
+  std::vector<std::pair<int32_t, int32_t>> donate;   // (output, input)
+  std::vector<std::pair<int64_t, int64_t>> written;  // per output; (-1,-1): all
+  std::vector<PStep> steps;
+  nb::object name;                                   // primitive name, for stats
+};
+
+class Program {
+ public:
+  Program(uint64_t fingerprint, size_t num_nodes)
+      : fingerprint_(fingerprint), nodes_(num_nodes) {}
+  uint64_t fingerprint() const { return fingerprint_; }
+  size_t num_nodes() const { return nodes_.size(); }
+  // outputs that may need a fresh buffer, and their byte sizes
+  nb::list buffer_sizes() const;
+  size_t arena_bytes() const { return arena_; }
+  void set_gpu(int64_t n, nb::tuple out_nbytes, nb::list donate, nb::list written,
+               nb::list steps, int64_t temp_bytes);
+  // stats: (name, kind) per node, kind "view" / "gpu" / "python"
+  nb::list kinds() const;
+  PNode& at(int64_t n, const char* what);
+
+ private:
+  uint64_t fingerprint_;
+  std::vector<PNode> nodes_;
+  size_t arena_ = 0;
+};
+
+}  // namespace mlx_amd

@@ -1,0 +1,130 @@
+"""Profile the evaluator's host path without a GPU: every node takes the GPU path (plans,
+buffers, residency, launches) on the host driver, with kernel launches turned into no-ops.
+What this measures is our own host cost per node, minus the vendor driver's launch call.
+
+    python tools/profile_engine.py [--nodes 1000] [--reps 20] [--profile]
+"""
+
+import argparse
+import cProfile
+import ctypes
+import os
+import pstats
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+
+os.environ.setdefault("MLX_AMD_AUTO", "0")
+os.environ["MLX_AMD_DRIVER"] = "host"
+
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def make_runtime():
+    from mlx_amd.runtime import context
+    from mlx_amd.runtime.driver.host import HostDriver
+
+    class NoKernelDriver(HostDriver):
+        launches = 0
+
+        def launch(self, function, grid, block, args, shared_mem=0, stream=None):
+            NoKernelDriver.launches += 1
+
+        def launch_entry(self):
+            raise NotImplementedError
+
+        def ensure_bound(self):
+            pass
+
+    class NullModules:
+        def function(self, family, name):
+            return ctypes.c_void_p(1)
+
+    drv = NoKernelDriver()
+    rt = context.Runtime(drv)
+    ev = rt.evaluator
+    ev.gpu = True
+    ev.modules = NullModules()
+    rt.modules = ev.modules
+    ev.stream = None
+    context._runtime = rt
+    native = _null_native()
+    if native is not None and os.environ.get("MLX_AMD_REPLAY", "1") != "0":
+        ev.native, ev.replay = native, True
+    return rt, NoKernelDriver
+
+
+class _NullNative:
+    """The native launch entry, pointing at a C function that counts and returns 0."""
+
+    def __init__(self, lib):
+        self.lib = lib
+        self._entry = ctypes.cast(lib.null_launch, ctypes.c_void_p).value
+        self._end = 0
+
+    def __call__(self, fn, grid, block, args, shared_mem, stream):
+        self.lib.null_launch(None, 0, 0, 0, 0, 0, 0, 0, None, None, None)
+
+    @property
+    def launches(self):
+        return ctypes.c_long.in_dll(self.lib, "null_launches").value
+
+
+def _null_native():
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    d = tempfile.mkdtemp()
+    src, so = os.path.join(d, "null.c"), os.path.join(d, "null.so")
+    with open(src, "w") as f:
+        f.write("long null_launches = 0;\n"
+                "int null_launch(void* f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e,"
+                " unsigned g, unsigned h, void* s, void** p, void** x) { null_launches++; return 0; }\n")
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", src, "-o", so], check=True)
+    return _NullNative(ctypes.CDLL(so))
+
+
+def chain(x, n):
+    for _ in range(n // 2):
+        x = x * 1.0001
+        x = x + 0.5
+    return x
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    rt, drv = make_runtime()
+    from mlx_amd.runtime import bridge
+
+    ev = rt.evaluator
+    x = mx.array(np.ones(16, np.float32))
+    ev.eval([x])
+    ts = []
+    prof = cProfile.Profile() if args.profile else None
+    for r in range(args.reps):
+        y = chain(x, args.nodes)
+        n = len(bridge.Graph([y]))
+        if prof and r == args.reps - 1:
+            prof.enable()
+        t = time.perf_counter()
+        ev.eval([y])
+        ts.append(time.perf_counter() - t)
+        if prof and r == args.reps - 1:
+            prof.disable()
+    gpu = ev.stats.as_dict()["nodes"]
+    native = ev.native.launches if ev.native is not None else 0
+    print(f"{n} nodes: {statistics.median(ts) / n * 1e6:.2f} us/node (median of {args.reps}); "
+          f"paths {gpu}; launches {drv.launches} python + {native} native; replays {ev.replays}")
+    if prof:
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
