@@ -121,6 +121,7 @@ class Evaluator:
         self.programs: dict = {}           # fingerprint -> _Program
         self._seen: dict = {}              # fingerprint -> sightings before recording
         self.replays = 0                   # evaluations that ran through a program
+        self.replay_python = 0             # nodes of those that differed and ran here
         _OWNERS.add(residency)
 
     # ------------------------------------------------------------------ public
@@ -343,26 +344,25 @@ class Evaluator:
         """Evaluate g through a recorded program. Nodes that differ from the recording run
         through ``_node``, one at a time."""
         res, stream, prog = self.residency, self.stream, known.program
-        leaf_dev, small = {}, []
+        leaf_dev, small, rest = {}, [], []
+        tracked = res.is_tracked
         for slot, key, host, nbytes, token, ndim, size in g.leaves():
             if key in leaf_dev:
                 continue
-            if token == -1 and not res.is_tracked(key):
+            leaf_dev[key] = None
+            if token == -1 and not tracked(key):
                 g.watch(slot)  # MLX-owned: the bridge tells us when its host buffer dies
                 if ndim <= 1 and size <= 64 and nbytes <= SMALL_LEAF:
                     small.append((key, host, nbytes))
-                    leaf_dev[key] = None
                     continue
-            leaf_dev[key] = res.device_ptr(key, host, nbytes, stream)
+            rest.append((key, host, nbytes))
         if small:
             res.upload_small(small, stream)
-            for key, host, nbytes in small:
-                leaf_dev[key] = res.device_ptr(key, host, nbytes, stream)
-        bufs = []
+            rest += small
+        for (key, _, _), dev in zip(rest, res.device_ptrs(rest, stream)):
+            leaf_dev[key] = dev
+        bufs = res.new_buffers(known.sizes)
         try:
-            for n in known.sizes:
-                key, host, dev = res.new_buffer(n)
-                bufs.append((key, host, dev, n))
             arena = res.device_pool.alloc(prog.arena_bytes) if prog.arena_bytes else None
         except BaseException:
             res.freed([b[0] for b in bufs])
@@ -396,10 +396,10 @@ class Evaluator:
                 res.freed(unused)
         apply(written)
         self.replays += 1
-        count, by_prim = self.stats.count, self.stats.by_prim
-        for name, k in known.kinds:
-            if k != "python":
-                count(name, k)
+        self.replay_python += len(python_nodes)
+        by_prim = self.stats.by_prim
+        for (name, k), c in known.counts:
+            by_prim[name][k] += c
         for n in python_nodes:
             name, k = known.kinds[n]
             if k != "python":
@@ -569,10 +569,12 @@ class Evaluator:
 
 
 class _Program:
-    __slots__ = ("program", "sizes", "kinds")
+    __slots__ = ("program", "sizes", "kinds", "counts")
 
     def __init__(self, program, sizes, kinds):
         self.program, self.sizes, self.kinds = program, sizes, kinds
+        # what a replay adds to the statistics (nodes handed back to Python count there)
+        self.counts = tuple(collections.Counter(nk for nk in kinds if nk[1] != "python").items())
 
 
 class _Metas:

@@ -137,6 +137,49 @@ class Residency:
         self._recs[key] = _Rec(key, nbytes, host.data, dev_ptr, host, dev, True, self.unified)
         return key, host.data, dev_ptr
 
+    def new_buffers(self, sizes) -> list:
+        """``new_buffer`` for many outputs at once (a replayed program's), each already
+        marked as written in full by the device: [(key, host pointer, device pointer, n)].
+        On an allocation failure the ones made so far are freed again."""
+        out = []
+        recs, dirty, unified = self._recs, self._dirty, self.unified
+        halloc, dalloc = self.host_pool.alloc, self.device_pool.alloc
+        try:
+            for n in sizes:
+                host = halloc(n)
+                if unified:
+                    dev, dev_ptr = None, host.data
+                else:
+                    try:
+                        dev = dalloc(n)
+                    except BaseException:
+                        self.host_pool.free(host)
+                        raise
+                    dev_ptr = dev.data
+                key = host.data - HEADER
+                rec = _Rec(key, n, host.data, dev_ptr, host, dev, True, unified)
+                if n:
+                    rec.hi = n
+                    dirty.add(key)
+                recs[key] = rec
+                out.append((key, host.data, dev_ptr, n))
+        except BaseException:
+            self.freed([b[0] for b in out])
+            raise
+        return out
+
+    def device_ptrs(self, leaves, stream=None) -> list:
+        """``device_ptr`` for many (key, host data pointer, buffer bytes), the common case
+        (tracked, valid on the device, same host buffer) without a call each."""
+        recs, out = self._recs, []
+        for key, host, nbytes in leaves:
+            rec = recs.get(key)
+            if rec is not None and rec.dev_valid and (rec.ours or (rec.host_ptr == host and rec.nbytes == nbytes)):
+                out.append(rec.dev_ptr)
+            else:
+                out.append(self.device_ptr(key, host, nbytes, stream))
+        return out
+
     def key_of(self, token: int) -> int:
         return token
 

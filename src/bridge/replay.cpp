@@ -39,6 +39,28 @@ bool same_layout(const PLayout& l, const mx::array& a) {
 
 [[noreturn]] void bad(const std::string& msg) { throw nb::value_error(msg.c_str()); }
 
+// A KV-cache write (SliceUpdate) at another position than the recorded one: same
+// reduction, extents and steps, so the recorded steps apply with the output
+// reference moved. Returns the move in bytes of `out`'s row-major layout, or
+// false when the two differ in anything else.
+bool slice_update_shift(const mx::Primitive& rec, const mx::Primitive& cur,
+                        const mx::array& out, int64_t* shift) {
+  auto [rt0, s0, e0, st0] = static_cast<const mx::SliceUpdate&>(rec).state();
+  auto [rt1, s1, e1, st1] = static_cast<const mx::SliceUpdate&>(cur).state();
+  if (rt0 != rt1 || st0 != st1 || s0.size() != s1.size() || e0.size() != e1.size() ||
+      s0.size() != out.ndim()) {
+    return false;
+  }
+  int64_t elems = 0, stride = 1;
+  for (int d = static_cast<int>(out.ndim()) - 1; d >= 0; --d) {
+    if (e1[d] - s1[d] != e0[d] - s0[d]) return false;
+    elems += static_cast<int64_t>(s1[d] - s0[d]) * stride;
+    stride *= out.shape(d);
+  }
+  *shift = elems * static_cast<int64_t>(out.itemsize());
+  return true;
+}
+
 }  // namespace
 
 PNode& Program::at(int64_t n, const char* what) {
@@ -147,7 +169,11 @@ void Graph::record(Program& prog, int64_t n, int kind) {
   pn.ins.clear();
   for (auto s : node.inputs) pn.ins.push_back(layout_of(*slots_[s].arr));
   pn.out_shapes.clear();
-  for (auto s : node.outputs) pn.out_shapes.push_back(slots_[s].arr->shape());
+  pn.out_dtypes.clear();
+  for (auto s : node.outputs) {
+    pn.out_shapes.push_back(slots_[s].arr->shape());
+    pn.out_dtypes.push_back(slots_[s].arr->dtype());
+  }
   pn.out_nbytes.assign(node.outputs.size(), 0);
 }
 
@@ -244,7 +270,14 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
     auto& prim = a.primitive();
     bool same = pn.kind != PKind::Python && pn.type == &typeid(prim) &&
                 (pn.prim.get() == &prim || pn.prim->is_equivalent(prim));
-    if (same && pn.kind == PKind::View) {
+    int64_t shift = 0;   // bytes the main steps' output references move (KV writes)
+    // (by name: libmlx does not export SliceUpdate's type_info)
+    if (!same && pn.kind == PKind::Gpu && pn.type == &typeid(prim) &&
+        node.prim->cname == "SliceUpdate") {
+      same = slice_update_shift(*pn.prim, prim, a, &shift);
+    }
+    // a view runs the node's own primitive (try_view), whatever its parameters
+    if (pn.kind == PKind::View && pn.type == &typeid(prim)) {
       if (try_view(n)) {
         finish(n);
       } else {
@@ -257,7 +290,8 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
         same = same_layout(pn.ins[i], *slots_[node.inputs[i]].arr);
       }
       for (size_t j = 0; j < node.outputs.size() && same; ++j) {
-        same = pn.out_shapes[j] == slots_[node.outputs[j]].arr->shape();
+        const auto& o = *slots_[node.outputs[j]].arr;
+        same = pn.out_shapes[j] == o.shape() && pn.out_dtypes[j] == o.dtype();
       }
     }
     in_ptrs.resize(node.inputs.size());
@@ -289,8 +323,12 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
           out_ptrs[j] = in_ptrs[ii];
           donated[j] = 1;
           taken_keys.push_back(key);
-          written.append(nb::make_tuple(static_cast<int64_t>(key), pn.written.empty() ? -1 : pn.written[j].first,
-                                        pn.written.empty() ? -1 : pn.written[j].second));
+          if (pn.written.empty() || pn.written[j].first < 0) {
+            written.append(nb::make_tuple(static_cast<int64_t>(key), -1, -1));
+          } else {
+            written.append(nb::make_tuple(static_cast<int64_t>(key), pn.written[j].first + shift,
+                                          pn.written[j].second + shift));
+          }
           break;
         }
       }
@@ -304,7 +342,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
         dev[static_cast<uintptr_t>(b.key)] = b.dev;
         out_ptrs[j] = b.dev;
         taken_keys.push_back(static_cast<uintptr_t>(b.key));
-        written.append(nb::make_tuple(b.key, -1, -1));
+        // (marked written in full when Python allocated it)
       }
     }
     for (auto& st : pn.steps) {
@@ -312,7 +350,8 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
       ptrs.clear();
       for (auto& r : st.refs) {
         uintptr_t base = r.kind == 'i' ? in_ptrs[r.index] : r.kind == 'o' ? out_ptrs[r.index] : arena;
-        ptrs.push_back(base + static_cast<uintptr_t>(r.offset));
+        int64_t off = r.offset + (r.kind == 'o' && st.init_out < 0 ? shift : 0);
+        ptrs.push_back(base + static_cast<uintptr_t>(off));
       }
       if (st.callback.is_valid()) {
         st.callback(int_tuple(ptrs));

@@ -52,6 +52,7 @@ struct PNode {
   std::shared_ptr<mx::Primitive> prim;   // the recorded one, for is_equivalent
   std::vector<PLayout> ins;
   std::vector<mx::Shape> out_shapes;
+  std::vector<mx::Dtype> out_dtypes;   // is_equivalent may ignore them (ConvertFP8 does)
   std::vector<size_t> out_nbytes;
   std::vector<std::pair<int32_t, int32_t>> donate;   // (output, input)
   std::vector<std::pair<int64_t, int64_t>> written;  // per output; (-1,-1): all

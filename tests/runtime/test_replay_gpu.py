@@ -143,3 +143,13 @@ def test_replay_off_switch_gives_the_same(gpu_runtime, monkeypatch):
     off = np.array(f(x))
     for o in on:
         np.testing.assert_array_equal(o, off)
+
+
+def test_same_structure_other_output_dtype_is_not_replayed_as_recorded(gpu_runtime):
+    # ConvertFP8's is_equivalent ignores the output dtype: the replay must compare it
+    codes = mx.array(np.arange(256, dtype=np.uint8))
+    mx.eval(codes)
+    for dt in (mx.float16, mx.float16, mx.float16, mx.bfloat16, mx.float32, mx.bfloat16):
+        got, ref = both(lambda c: mx.from_fp8(c, dtype=dt), codes)
+        assert got.dtype == ref.dtype == dt
+        np.testing.assert_array_equal(np.array(got.astype(mx.float32)), np.array(ref.astype(mx.float32)))
