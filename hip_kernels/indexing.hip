@@ -310,6 +310,111 @@ MLXA_DEVICE void slice(const SliceArgs& a) {
   });
 }
 
+// ---- MaskedScatter: count, scan, scatter ----------------------------------------------
+// Block b.x of batch b.y owns mask elements [b.x * TILE, (b.x + 1) * TILE) of that batch;
+// thread t the MLXA_MASKED_ITEMS consecutive ones at t * ITEMS, so ranks follow the
+// row-major order: tile prefix (scan) + thread prefix (block scan) + running count.
+#define MLXA_MASKED_THREADS 256
+#define MLXA_MASKED_ITEMS (MLXA_MASKED_TILE / MLXA_MASKED_THREADS)
+
+// Offset of inner element e through collapsed dims (innermost first).
+MLXA_DEVICE int64_t inner_offset(int64_t e, int ndim, const int32_t* shape, const int64_t* strides) {
+  if (ndim == 1) return e * strides[0];
+  int64_t off = 0;
+  for (int d = 0; d < ndim; ++d) {
+    const int64_t q = e / shape[d];
+    off += (e - q * shape[d]) * strides[d];
+    e = q;
+  }
+  return off;
+}
+
+// The thread's true elements and their positions' base (all in this batch's frame).
+MLXA_DEVICE int masked_thread_bits(const MaskedArgs& a, int64_t batch, int64_t first, unsigned* bits) {
+  const uint8_t* m = (const uint8_t*)a.mask + batch * a.mask_bstride;
+  int c = 0;
+  unsigned b = 0;
+#pragma unroll
+  for (int i = 0; i < MLXA_MASKED_ITEMS; ++i) {
+    const int64_t e = first + i;
+    if (e < a.inner && m[inner_offset(e, a.mask_ndim, a.mask_shape, a.mask_strides)] != 0) {
+      b |= 1u << i;
+      ++c;
+    }
+  }
+  *bits = b;
+  return c;
+}
+
+// Exclusive prefix of one value per thread over the block (shared-memory Hillis-Steele;
+// no wave intrinsics, so one kernel serves every wave width). Returns the block total.
+template <typename T>
+MLXA_DEVICE T block_exclusive_scan(T v, T* smem, T* excl) {
+  const int t = thread_x();
+  smem[t] = v;
+  sync_block();
+  for (int d = 1; d < MLXA_MASKED_THREADS; d <<= 1) {
+    const T add = t >= d ? smem[t - d] : T(0);
+    sync_block();
+    smem[t] += add;
+    sync_block();
+  }
+  const T total = smem[MLXA_MASKED_THREADS - 1];
+  *excl = smem[t] - v;
+  sync_block();
+  return total;
+}
+
+MLXA_DEVICE void masked_count(const MaskedArgs& a) {
+  __shared__ int32_t smem[MLXA_MASKED_THREADS];
+  const int64_t batch = blockIdx.y, chunk = blockIdx.x;
+  unsigned bits;
+  const int c = masked_thread_bits(a, batch, chunk * MLXA_MASKED_TILE + thread_x() * MLXA_MASKED_ITEMS, &bits);
+  int32_t excl;
+  const int32_t total = block_exclusive_scan<int32_t>(c, smem, &excl);
+  if (thread_x() == 0) ((int64_t*)a.counts)[batch * a.chunks + chunk] = total;
+}
+
+// One block per batch: exclusive prefix of its tile counts, in place.
+MLXA_DEVICE void masked_scan(const MaskedArgs& a) {
+  __shared__ int64_t smem[MLXA_MASKED_THREADS];
+  const int64_t batch = blockIdx.x;
+  int64_t* cnt = (int64_t*)a.counts + batch * a.chunks;
+  int64_t carry = 0;
+  for (int64_t j0 = 0; j0 < a.chunks; j0 += MLXA_MASKED_THREADS) {
+    const int64_t j = j0 + thread_x();
+    const int64_t v = j < a.chunks ? cnt[j] : 0;
+    int64_t excl;
+    const int64_t total = block_exclusive_scan<int64_t>(v, smem, &excl);
+    if (j < a.chunks) cnt[j] = carry + excl;
+    carry += total;
+  }
+  // more true elements than the source has: the planner's check raises on the host
+  if (thread_x() == 0 && carry > a.src_inner) *(int32_t*)((int64_t*)a.counts + a.batch * a.chunks) = 1;
+}
+
+template <typename T>
+MLXA_DEVICE void masked_scatter(const MaskedArgs& a) {
+  __shared__ int32_t smem[MLXA_MASKED_THREADS];
+  const int64_t batch = blockIdx.y, chunk = blockIdx.x;
+  const int64_t first = chunk * MLXA_MASKED_TILE + thread_x() * MLXA_MASKED_ITEMS;
+  unsigned bits;
+  const int c = masked_thread_bits(a, batch, first, &bits);
+  int32_t excl;
+  block_exclusive_scan<int32_t>(c, smem, &excl);
+  if (bits == 0) return;
+  int64_t k = ((const int64_t*)a.counts)[batch * a.chunks + chunk] + excl;
+  const T* src = (const T*)a.src + batch * a.src_bstride;
+  T* out = (T*)a.out + batch * a.inner + first;
+#pragma unroll
+  for (int i = 0; i < MLXA_MASKED_ITEMS; ++i) {
+    if (bits & (1u << i)) {
+      if (k < a.src_inner) out[i] = src[inner_offset(k, a.src_ndim, a.src_shape, a.src_strides)];
+      ++k;
+    }
+  }
+}
+
 }  // namespace idx
 }  // namespace mlxa
 
@@ -328,5 +433,12 @@ MLXA_DEVICE void slice(const SliceArgs& a) {
   }
 #define MLXA_SLICE(name, T, Op, IdxT) \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(MLXA_IDX_BLOCK) name(SliceArgs a) { mlxa::idx::slice<T, mlxa::idx::Op, IdxT>(a); }
+
+#define MLXA_MASKED_COUNT(name) \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(MLXA_MASKED_THREADS) name(MaskedArgs a) { mlxa::idx::masked_count(a); }
+#define MLXA_MASKED_SCAN(name) \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(MLXA_MASKED_THREADS) name(MaskedArgs a) { mlxa::idx::masked_scan(a); }
+#define MLXA_MASKED_SCATTER(name, T) \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(MLXA_MASKED_THREADS) name(MaskedArgs a) { mlxa::idx::masked_scatter<T>(a); }
 
 #include "indexing.inc"

@@ -1,5 +1,5 @@
 """Indexing on the GPU against MLX's CPU: Gather, GatherAxis, Scatter (none/sum/prod/max/
-min), ScatterAxis (none/sum), SliceUpdate, DynamicSlice, DynamicSliceUpdate over dtypes,
+min), ScatterAxis (none/sum), SliceUpdate, DynamicSlice, DynamicSliceUpdate, MaskedScatter over dtypes,
 index dtypes, strided/broadcast/offset layouts, negative indices, duplicates where the
 result is order-independent, donated and copied outputs, 0-d and empty arrays.
 
@@ -268,3 +268,62 @@ def test_dynamic_slice_update(gpu_runtime, dtype):
               ids([5, 8], "int64"), prims=("DynamicSliceUpdate",))
     check_gpu(lambda s, u, st: mx.slice_update(s, mx.broadcast_to(u, (3, 2, 16)), st, axes=(0, 1)), src,
               arr((16,), dtype, 38), ids([1, 3], "uint16"), prims=("DynamicSliceUpdate",))
+
+
+# ------------------------------------------------------------------ MaskedScatter
+def _set_masked(d, m, v):
+    d = mx.array(d)     # a new array object: the caller's stays as it was
+    d[m] = v
+    return d
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masked_scatter_every_dtype(gpu_runtime, dtype):
+    dst = arr((6, 5, 3), dtype, 30)
+    rows = mx.array(np.array([1, 0, 1, 1, 0, 1], bool))           # row mask, broadcast inside
+    check_gpu(_set_masked, dst, rows, arr((4, 5, 3), dtype, 31), prims=("MaskedScatter",), what=f"{dtype} rows")
+    full = mx.array(np.random.default_rng(32).random((6, 5, 3)) < 0.4)
+    n = int(np.array(full).sum())
+    check_gpu(_set_masked, dst, full, arr((n,), dtype, 33), prims=("MaskedScatter",), what=f"{dtype} full")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "complex64"])
+def test_masked_scatter_layouts(gpu_runtime, dtype):
+    base = arr((7, 9), dtype, 34)
+    m = mx.array(np.random.default_rng(35).random((9, 7)) < 0.5)
+    n = int(np.array(m).sum())
+    vals = arr((n + 5,), dtype, 36)                         # longer source: the rest unused
+    check_gpu(lambda d, m, v: _set_masked(mx.transpose(d), m, v), base, m, vals,
+              prims=("MaskedScatter",), what="transposed dst")
+    sl = lambda d, m, v: _set_masked(d[1:, ::2], m[:6, :5], v)
+    check_gpu(sl, base, m, vals, prims=("MaskedScatter",), what="sliced dst and mask")
+    check_gpu(lambda d, m, v: _set_masked(d, m, v[::2]), base, mx.transpose(m), arr((2 * n,), dtype, 37),
+              prims=("MaskedScatter",), what="strided source")
+    check_gpu(lambda d, m, v: _set_masked(d * 1, m, v), base, mx.transpose(m), vals,
+              prims=("MaskedScatter",), what="intermediate dst (donated)")
+    check_gpu(lambda d, m: _set_masked(d, m, mx.array(3).astype(d.dtype)), base, mx.transpose(m),
+              prims=("MaskedScatter",), what="scalar source")
+
+
+def test_masked_scatter_batched_vmap_and_large(gpu_runtime):
+    d = arr((3, 4, 5), "float32", 38)
+    m = mx.array(np.random.default_rng(39).random((3, 4, 5)) < 0.5)
+    v = arr((3, 20), "float32", 40)
+    check_gpu(lambda d, m, v: mx.vmap(_set_masked)(d, m, v), d, m, v, prims=("MaskedScatter",), what="vmap")
+    n = 3 * 4096 * 25 + 123                                   # many tiles, a partial last one
+    big = arr((n,), "float16", 41)
+    bm = mx.array(np.random.default_rng(42).random(n) < 0.9)
+    check_gpu(_set_masked, big, bm, arr((n,), "float16", 43), prims=("MaskedScatter",), what="large")
+    check_gpu(_set_masked, big, mx.zeros((n,), mx.bool_), arr((1,), "float16", 44),
+              prims=("MaskedScatter",), what="nothing selected")
+
+
+def test_masked_scatter_short_source_raises(gpu_runtime):
+    d = mx.zeros((4, 6))
+    m = mx.array(np.random.default_rng(45).random((4, 6)) < 0.8)
+    mx.eval(d, m)
+    with pytest.raises(RuntimeError, match="enough elements"):
+        mx.eval(_set_masked(d, m, mx.ones((3,))))
+    # the runtime is fine afterwards
+    n = int(np.array(m).sum())
+    check_gpu(_set_masked, d, m, arr((n,), "float32", 46), prims=("MaskedScatter",), what="after error")

@@ -97,6 +97,8 @@ def test_struct_sizes_match_c(c_layout):
     c = c_layout
     assert c[("MAX", "arrays")] == MA and c[("MAX", "dyn")] == MY and c[("MAX", "dims")] == MD
     for name, (nptr, size) in ix.ARG_STRUCTS.items():
+        if name not in STRUCTS:   # MaskedArgs: test_masked_args_match_c
+            continue
         assert c[(name, "sizeof")] == size, name
         fields = STRUCTS[name][1]
         # the packer's fields follow the pointers back to back, as the header lays them out
@@ -629,3 +631,200 @@ def test_zero_d_and_empty():
     assert plan.steps == () and plan.written == ((0, 0),)
     got = run_plan(plan, (dst,), (4, 3), "int32", C_LAYOUT)
     np.testing.assert_array_equal(got, dst.np)
+
+
+# ------------------------------------------------------------------ MaskedScatter
+_MS_PROBE = r"""
+#include <cstddef>
+#include <cstdio>
+#include "mlxa/indexing_args.h"
+#define F(f) std::printf(#f " %zu\n", offsetof(MaskedArgs, f));
+int main() {
+  std::printf("sizeof %zu\n", sizeof(MaskedArgs));
+  F(mask) F(src) F(out) F(counts) F(batch) F(inner) F(chunks) F(src_inner) F(mask_bstride)
+  F(src_bstride) F(mask_strides) F(src_strides) F(mask_shape) F(src_shape) F(mask_ndim) F(src_ndim)
+  std::printf("tile %d\n", MLXA_MASKED_TILE);
+}
+"""
+MS_FIELDS = [("batch", "q"), ("inner", "q"), ("chunks", "q"), ("src_inner", "q"), ("mask_bstride", "q"),
+             ("src_bstride", "q"), ("mask_strides", f"{MD}q"), ("src_strides", f"{MD}q"),
+             ("mask_shape", f"{MD}i"), ("src_shape", f"{MD}i"), ("mask_ndim", "i"), ("src_ndim", "i")]
+
+
+@pytest.fixture(scope="module")
+def ms_layout(tmp_path_factory):
+    out = probe_output(_MS_PROBE, tmp_path_factory.mktemp("msargs"))
+    return {line.split()[0]: int(line.split()[1]) for line in out.splitlines()}
+
+
+def test_masked_args_match_c(ms_layout):
+    c = ms_layout
+    assert c["tile"] == ix.MASKED_TILE
+    nptr, size = ix.ARG_STRUCTS["MaskedArgs"]
+    assert c["sizeof"] == size and c["counts"] == 8 * (nptr - 1)
+    off = 8 * nptr
+    for f, fmt in MS_FIELDS:
+        assert c[f] == off, f
+        off += struct.calcsize("<" + fmt)
+    assert off == size
+
+
+def _ms_decode(blob, c):
+    a = {}
+    for f, fmt in MS_FIELDS:
+        v = struct.unpack_from("<" + fmt, blob, c[f])
+        a[f] = v if len(v) > 1 else v[0]
+    return a
+
+
+def run_masked(plan, ins, out_shape, out_dtype, c, donated=False):
+    """The three MaskedScatter kernels in NumPy, tile by tile and thread by thread as the
+    kernels split the work (rank = tile prefix + thread prefix + running count)."""
+    dst, mask, src = ins
+    n_out = max(1, math.prod(out_shape))
+    out = np.zeros(n_out, dtype=NP[out_dtype])
+    steps = list(plan.steps)
+    if donated:
+        assert plan.donate == ((0, 0),)
+        out[:] = dst.np.reshape(-1)
+    else:
+        for _, init in plan.init:
+            steps = list(init) + steps
+    temp = np.zeros(plan.temps[0] // 8 if plan.temps else 0, np.int64)
+    T, ITEMS = ix.MASKED_TILE, ix.MASKED_TILE // ix.MASKED_THREADS
+    for st in steps:
+        if isinstance(st, ix.Memset):
+            assert st.ref.kind == "t" and st.ref.offset % 8 == 0
+            temp[st.ref.offset // 8] = 0
+            continue
+        if isinstance(st, ix.HostCall):
+            assert isinstance(st.fn, ix.MaskedCheck) and st.refs[0].kind == "t"
+            if temp[st.refs[0].offset // 8] & 0xFFFFFFFF:
+                raise RuntimeError("[MaskedScatter] Source does not have enough elements for mask.")
+            continue
+        if st.family == "copy":
+            assert st.refs == (ix.inp(0), ix.out_ref(0))
+            out[:] = dst.np.reshape(-1)
+            continue
+        assert st.refs == (ix.inp(1), ix.inp(2), ix.out_ref(0), ix.tmp(0)), st.refs
+        a = _ms_decode(st.args(tuple(range(100, 104))), c)
+        B, inner, chunks = a["batch"], a["inner"], a["chunks"]
+        msh, mst = a["mask_shape"][:a["mask_ndim"]], a["mask_strides"]
+        ssh, sst = a["src_shape"][:a["src_ndim"]], a["src_strides"]
+
+        def bit(b, e):
+            return e < inner and bool(mask.read(b * a["mask_bstride"] + _off(_coords(e, msh), mst)))
+
+        kind = st.kernel.split("_")[2]
+        if kind == "count":
+            assert st.grid == (chunks, B, 1)
+            for b in range(B):
+                for ch in range(chunks):
+                    temp[b * chunks + ch] = sum(bit(b, e) for e in range(ch * T, (ch + 1) * T))
+        elif kind == "scan":
+            assert st.grid == (B, 1, 1)
+            for b in range(B):
+                seg = temp[b * chunks:(b + 1) * chunks].copy()
+                temp[b * chunks:(b + 1) * chunks] = np.cumsum(seg) - seg
+                if seg.sum() > a["src_inner"]:
+                    temp[B * chunks] = 1
+        else:
+            bits = ix._table().BITS[ITEMSIZE[out_dtype]]
+            assert st.grid == (chunks, B, 1) and st.kernel == f"indexing_masked_scatter_{bits}_{bits}"
+            for b in range(B):
+                for ch in range(chunks):
+                    k = temp[b * chunks + ch]
+                    for t in range(ix.MASKED_THREADS):
+                        for i in range(ITEMS):
+                            e = ch * T + t * ITEMS + i
+                            if bit(b, e):
+                                if k < a["src_inner"]:
+                                    out[b * inner + e] = src.read(b * a["src_bstride"] + _off(_coords(int(k), ssh), sst))
+                                k += 1
+    return out.reshape(out_shape)
+
+
+def _ms_check(dst, mask, src, ms_layout, donated=False):
+    """Build MLX's MaskedScatter node for dst[mask] = src (batch dim leading) and compare."""
+    out_dtype = dst.dtype
+    node = Node("MaskedScatter", (), (dst.layout, mask.layout, src.layout), (R(dst.layout.shape, out_dtype),))
+    plan = ix.plan_node(node, DEV)
+    assert plan is not None
+    got = run_masked(plan, (dst, mask, src), dst.layout.shape, out_dtype, ms_layout, donated)
+    # reference: MLX's own MaskedScatter, batched through vmap exactly as the node is
+    def one(d, m, s):
+        d = mx.array(d)
+        d[m] = mx.reshape(s, (-1,))
+        return d
+
+    ref = mx.vmap(one)(dst.mx, mask.mx, src.mx)
+    np.testing.assert_array_equal(got, to_np(ref).astype(got.dtype))
+    return plan
+
+
+@pytest.mark.parametrize("dtype", DATA_DTYPES)
+def test_masked_scatter_every_dtype(dtype, ms_layout):
+    rng = np.random.default_rng(20)
+    dst = make(dtype, (2, 5, 7), rng)
+    mask = make("bool", (2, 5, 7), rng)
+    src = make(dtype, (2, 40), rng)
+    plan = _ms_check(dst, mask, src, ms_layout)
+    assert plan.donate == ((0, 0),) and plan.temps == (8 * 2 * 1 + 8,)
+    assert f"masked_scatter_{ix._table().BITS[ITEMSIZE[dtype]]}" in plan.steps[3].kernel
+    _ms_check(dst, mask, src, ms_layout, donated=True)
+
+
+@pytest.mark.parametrize("kind", ["transposed", "broadcast", "sliced"])
+def test_masked_scatter_layouts(kind, ms_layout):
+    rng = np.random.default_rng(21)
+    dst = make("float32", (3, 4, 6), rng, kind)
+    mask = make("bool", (3, 4, 6), rng, kind)
+    src = make("float32", (3, 6, 5), rng, kind)
+    _ms_check(dst, mask, src, ms_layout)
+
+
+def test_masked_scatter_many_tiles_and_broadcast_row_mask(ms_layout):
+    rng = np.random.default_rng(22)
+    n = ix.MASKED_TILE * 2 + 77                 # three tiles, the last one partial
+    dst = make("int16", (1, n), rng)
+    mask = make("bool", (1, n), rng, fill=lambda m: rng.random(m) < 0.7)
+    src = make("int16", (1, n), rng)
+    plan = _ms_check(dst, mask, src, ms_layout)
+    assert plan.steps[1].grid == (3, 1, 1)
+    # a row mask broadcast over the columns (what a[m] = v with m of dst's leading shape makes)
+    dst = make("uint8", (2, 3, 4), rng)
+    m = Arr(np.array([1, 0, 1, 0, 1, 1], np.bool_), (2, 3, 4), (3, 1, 0), 0, "bool")
+    src = make("uint8", (2, 3, 4), rng)
+    _ms_check(dst, m, src, ms_layout)
+
+
+def test_masked_scatter_short_source_raises(ms_layout):
+    rng = np.random.default_rng(23)
+    dst = make("float32", (1, 10), rng)
+    mask = Arr(np.ones(10, np.bool_), (1, 10), (10, 1), 0, "bool")
+    src = make("float32", (1, 4), rng)
+    node = Node("MaskedScatter", (), (dst.layout, mask.layout, src.layout), (R((1, 10), "float32"),))
+    plan = ix.plan_node(node, DEV)
+    with pytest.raises(RuntimeError, match="enough elements"):
+        run_masked(plan, (dst, mask, src), (1, 10), "float32", ms_layout)
+
+
+def test_masked_scatter_real_node_and_declines():
+    from mlx_amd import _bridge
+    a = mx.zeros((3, 4))
+    a[mx.array([True, False, True])] = mx.arange(8).astype(mx.float32).reshape(2, 4)
+    nodes = [n for n in _bridge.Graph([a]).nodes if n[0] == "MaskedScatter"]
+    assert len(nodes) == 1 and nodes[0][1] is None and len(nodes[0][2]) == 3
+    f32, b = "float32", "bool"
+    ok = Node("MaskedScatter", (), (R((1, 3, 4), f32), R((1, 3, 4), b), R((1, 8), f32)), (R((1, 3, 4), f32),))
+    assert ix.plan_node(ok, DEV) is not None
+    bad = [  # non-bool mask, dtype mismatch, mask shape differs, source batch differs
+        Node("MaskedScatter", (), (R((1, 3, 4), f32), R((1, 3, 4), "int32"), R((1, 8), f32)), (R((1, 3, 4), f32),)),
+        Node("MaskedScatter", (), (R((1, 3, 4), f32), R((1, 3, 4), b), R((1, 8), "float16")), (R((1, 3, 4), f32),)),
+        Node("MaskedScatter", (), (R((1, 3, 4), f32), R((1, 3, 1), b), R((1, 8), f32)), (R((1, 3, 4), f32),)),
+        Node("MaskedScatter", (), (R((2, 3, 4), f32), R((2, 3, 4), b), R((1, 8), f32)), (R((2, 3, 4), f32),)),
+    ]
+    for node in bad:
+        assert ix.plan_node(node, DEV) is None
+    empty = Node("MaskedScatter", (), (R((0, 4), f32), R((0, 4), b), R((0, 8), f32)), (R((0, 4), f32),))
+    assert ix.plan_node(empty, DEV).steps == ()

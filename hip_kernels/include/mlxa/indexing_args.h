@@ -88,4 +88,30 @@ struct SliceArgs {
   int32_t pad_;
 };
 
+// MaskedScatter over (batch, inner): per batch b the k-th true mask element (row-major
+// over the mask's inner dims) takes element k of src[b] (row-major over src's inner
+// dims). Three kernels share it: count (true elements per tile of MLXA_MASKED_TILE),
+// scan (exclusive prefix of the tile counts per batch, in place; sets `flag` when a
+// batch has more true elements than src holds) and scatter.
+#define MLXA_MASKED_TILE 4096   // mask elements per block: 256 threads x 16
+
+struct MaskedArgs {
+  const void* mask;         // bool
+  const void* src;
+  void* out;                // row-contiguous, dst's shape (already holding dst)
+  void* counts;             // int64 [batch][chunks], then an int32 flag
+  int64_t batch;
+  int64_t inner;            // mask/out elements per batch
+  int64_t chunks;           // tiles per batch: ceil(inner / MLXA_MASKED_TILE)
+  int64_t src_inner;        // src elements per batch
+  int64_t mask_bstride;     // batch strides, elements
+  int64_t src_bstride;
+  int64_t mask_strides[MLXA_MAX_DIMS];   // over the collapsed inner dims
+  int64_t src_strides[MLXA_MAX_DIMS];
+  int32_t mask_shape[MLXA_MAX_DIMS];
+  int32_t src_shape[MLXA_MAX_DIMS];
+  int32_t mask_ndim;
+  int32_t src_ndim;
+};
+
 }  // extern "C"

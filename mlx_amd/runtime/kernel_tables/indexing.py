@@ -7,6 +7,7 @@ copies; reductions with more than 2^31 elements or offsets go to MLX's CPU.
 """
 
 BLOCK = 256   # MLXA_IDX_BLOCK
+MASKED_THREADS, MASKED_TILE = 256, 4096   # MLXA_MASKED_THREADS, MLXA_MASKED_TILE
 
 # element size -> the storage dtype its copies are instantiated for
 BITS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
@@ -42,6 +43,14 @@ def entries(kt):
             yield n, f"MLXA_SCATTER_AXIS({n}, {c}, None, {it})"
             n = name(kt, "slice", "none", dt, large)
             yield n, f"MLXA_SLICE({n}, {c}, None, {it})"
+    # MaskedScatter: count and scan do not depend on the data type; the scatter moves bits
+    n = name(kt, "masked_count", None, "uint8")
+    yield n, f"MLXA_MASKED_COUNT({n})"
+    n = name(kt, "masked_scan", None, "uint8")
+    yield n, f"MLXA_MASKED_SCAN({n})"
+    for dt in BITS.values():
+        n = name(kt, "masked_scatter", None, dt)
+        yield n, f"MLXA_MASKED_SCATTER({n}, {kt.CTYPES[dt]})"
     for op, (fn, dtypes) in REDUCE.items():
         for dt in dtypes:
             c = kt.CTYPES[dt]

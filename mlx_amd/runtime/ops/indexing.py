@@ -14,20 +14,28 @@ buffer when nobody else holds it (``Plan.donate``) and are otherwise initialised
 step (``Plan.init``, the copy family's kernel); a donated static SliceUpdate reports the
 byte hull of its slice as written, so a KV-cache step writes back only its slice.
 
-Not covered (MLX's CPU runs them): MaskedScatter (MLX raises when the source is short of
-elements; that needs a host round trip we do not take), index arrays of different dtypes,
+MaskedScatter (``a[mask] = v``; per batch, the k-th true mask element takes src's k-th
+element) runs as count / scan / scatter kernels over tiles of the mask. MLX raises when
+the source is short of elements: the scan kernel flags that and a host step reads the
+flag back (one stream synchronisation per MaskedScatter node) and raises MLX's
+RuntimeError; ``MLX_AMD_MASKED_SCATTER_CHECK=0`` skips that round trip (positions past the
+source's end then keep dst's values).
+
+Not covered (MLX's CPU runs them): index arrays of different dtypes,
 more than 6 index arrays or 8 collapsed dimensions, reductions needing 64-bit offsets,
 complex64 prod/max/min.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import math
+import os
 import struct
 
 from .. import kernel_table as kt
-from ..plan import ITEMSIZE, Layout, Plan, inp, out as out_ref, row_strides
+from ..plan import ITEMSIZE, HostCall, Layout, Memset, Plan, inp, out as out_ref, row_strides, tmp
 from ..launch import Launch
 from . import copy as copy_ops
 from .elementwise import collapse_dims
@@ -38,6 +46,7 @@ PRIMITIVES = {
     "Gather": "gather", "GatherAxis": "gather_axis", "Scatter": "scatter",
     "ScatterAxis": "scatter_axis", "SliceUpdate": "slice_update",
     "DynamicSlice": "dynamic_slice", "DynamicSliceUpdate": "dynamic_slice_update",
+    "MaskedScatter": "masked_scatter",
 }
 
 MAX_DIMS = kt.MAX_DIMS
@@ -65,6 +74,7 @@ def _table():
 _GS = struct.Struct("<2q" + f"{MAX_ARRAYS * MAX_DIMS}q" + f"{MAX_DIMS}q" + f"{3 * MAX_ARRAYS}q"
                     + f"{2 * MAX_DIMS}q" + f"{2 * MAX_DIMS}i" + "6i")
 _AX = struct.Struct("<3q" + f"{3 * MAX_DIMS}q" + f"{MAX_DIMS}i" + "2i")
+_MS = struct.Struct("<6q" + f"{2 * MAX_DIMS}q" + f"{2 * MAX_DIMS}i" + "2i")
 _SL = struct.Struct("<q" + f"{2 * MAX_DIMS}q" + "q" + f"{2 * MAX_DYN}q" + f"{MAX_DIMS}i" + "6i")
 
 # name -> (pointer fields, sizeof) for the test against the C header
@@ -72,6 +82,7 @@ ARG_STRUCTS = {
     "GatherScatterArgs": (2 + MAX_ARRAYS, 8 * (2 + MAX_ARRAYS) + _GS.size),
     "AxisArgs": (3, 24 + _AX.size),
     "SliceArgs": (3, 24 + _SL.size),
+    "MaskedArgs": (4, 32 + _MS.size),
 }
 
 
@@ -113,6 +124,13 @@ def slice_tail(n, shape, data_strides, out_strides, vec, start_stride=0, dyn_str
                     *_padded(dyn_strides, MAX_DYN), *_padded(dyn_hi, MAX_DYN),
                     *_inner_first(shape, fill=1), len(shape), len(dyn_strides), dyn_side,
                     start_kind, vec, 0)
+
+
+def masked_tail(batch, inner, chunks, src_inner, mask_bstride, src_bstride, mask_shape, mask_strides,
+                src_shape, src_strides) -> bytes:
+    return _MS.pack(batch, inner, chunks, src_inner, mask_bstride, src_bstride, *_inner_first(mask_strides),
+                    *_inner_first(src_strides), *_inner_first(mask_shape, fill=1),
+                    *_inner_first(src_shape, fill=1), len(mask_shape), len(src_shape))
 
 
 # ---- helpers -------------------------------------------------------------------------
@@ -476,10 +494,78 @@ def _dynamic_slice_update(node, device):
     return _updating_plan((launch,), node, device)
 
 
+# ---- MaskedScatter -----------------------------------------------------------------------
+MASKED_TILE = 4096       # MLXA_MASKED_TILE
+MASKED_THREADS = 256     # MLXA_MASKED_THREADS
+_GRID_Y = 65535
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskedCheck:
+    """HostCall: MLX's error (RuntimeError) when a batch has more true mask elements than the source
+    holds (the scan kernel's flag, read back after the stream drains)."""
+
+    def __call__(self, ptrs, stream, ctx):
+        flag = ctypes.c_int32(0)
+        ctx.driver.memcpy_dtoh(ctypes.addressof(flag), ptrs[0], 4, stream)
+        ctx.driver.stream_synchronize(stream)
+        if flag.value:
+            raise RuntimeError("[MaskedScatter] Source does not have enough elements for mask.")
+
+
+def _inner_dims(shape, strides):
+    """Collapsed inner dims (after the batch dim) of a layout: (shape, strides)."""
+    if len(shape) <= 1:
+        return (1,), (0,)
+    sh, (st,) = collapse_dims(tuple(shape[1:]), tuple(strides[1:]))
+    return sh, st
+
+
+def _masked_scatter(node, device):
+    if len(node.ins) != 3 or node.params not in ((), (None,)):
+        return None
+    dst, mask, src = node.ins
+    out = node.out
+    if not (out.shape == dst.shape == mask.shape and out.dtype == dst.dtype == src.dtype
+            and mask.dtype == "bool" and dst.ndim >= 1 and src.ndim >= 1):
+        return None
+    B = dst.shape[0]
+    if out.size == 0:
+        return Plan(())
+    if src.shape[0] != B or B > _GRID_Y:
+        return None
+    inner = out.size // B
+    chunks = -(-inner // MASKED_TILE)
+    src_inner = math.prod(src.shape[1:])
+    mshape, mst = _inner_dims(mask.shape, mask.strides)
+    sshape, sst = _inner_dims(src.shape, src.strides) if src_inner else ((1,), (0,))
+    if len(mshape) > MAX_DIMS or len(sshape) > MAX_DIMS or chunks > _I32 or max(mshape + sshape) > _I32:
+        return None
+    name = _table().name(kt, "masked_scatter", None, _table().BITS[out.itemsize])
+    count = _table().name(kt, "masked_count", None, "uint8")
+    scan = _table().name(kt, "masked_scan", None, "uint8")
+    if not all(kt.has_kernel(FAMILY, n) for n in (name, count, scan)):
+        return None
+    tail = masked_tail(B, inner, chunks, src_inner, mask.strides[0] if B > 1 else 0,
+                       src.strides[0] if B > 1 else 0, mshape, mst, sshape, sst)
+    flag_at = 8 * B * chunks
+    refs = (inp(1), inp(2), out_ref(0), tmp(0))
+    blk = (MASKED_THREADS, 1, 1)
+    steps = [Memset(tmp(0, flag_at), 4, 0),
+             Launch(FAMILY, count, (chunks, B, 1), blk, 0, 4, tail, refs),
+             Launch(FAMILY, scan, (B, 1, 1), blk, 0, 4, tail, refs),
+             Launch(FAMILY, name, (chunks, B, 1), blk, 0, 4, tail, refs)]
+    if os.environ.get("MLX_AMD_MASKED_SCATTER_CHECK", "1") != "0":
+        steps.append(HostCall(MaskedCheck(), (tmp(0, flag_at),), what="masked_scatter source check"))
+    plan = _updating_plan(steps, node, device)
+    return None if plan is None else dataclasses.replace(plan, temps=(flag_at + 8,))
+
+
 _PLANNERS = {
     "Gather": _gather, "GatherAxis": _gather_axis, "Scatter": _scatter,
     "ScatterAxis": _scatter_axis, "SliceUpdate": _slice_update,
     "DynamicSlice": _dynamic_slice, "DynamicSliceUpdate": _dynamic_slice_update,
+    "MaskedScatter": _masked_scatter,
 }
 
 

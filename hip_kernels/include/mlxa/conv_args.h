@@ -1,0 +1,37 @@
+// Argument struct of the conv family (hip_kernels/conv.hip), passed by value. Plain C
+// with fixed-width fields and explicit padding, checked field by field against the
+// packer in mlx_amd/runtime/ops/conv.py by tests/ops/test_conv_plans.py.
+#pragma once
+
+#include <stdint.h>
+
+#define MLXA_CONV_DIMS 3   // spatial dims; 1-D and 2-D convolutions pad with extent-1 dims
+
+extern "C" {
+
+// im2col for one chunk of output positions [p0, p0 + positions) (positions run over
+// N x output spatial, row-major). Patch element ((g * positions + p) * ktot + k) * cg + c
+// holds input channel g * cg + c at the spatial tap k of output position p0 + p, or 0
+// where the tap falls into padding or between input-dilated elements.
+struct ConvArgs {
+  const void* in;
+  void* patches;
+  int64_t p0;
+  int64_t positions;
+  int64_t n_work;                        // positions * groups * ktot * (cg / vec)
+  int64_t in_strides[2 + MLXA_CONV_DIMS];  // batch, spatial..., channel (elements)
+  int32_t in_spatial[MLXA_CONV_DIMS];
+  int32_t out_spatial[MLXA_CONV_DIMS];
+  int32_t kernel[MLXA_CONV_DIMS];
+  int32_t stride[MLXA_CONV_DIMS];
+  int32_t pad_lo[MLXA_CONV_DIMS];
+  int32_t kdil[MLXA_CONV_DIMS];
+  int32_t idil[MLXA_CONV_DIMS];
+  int32_t groups;
+  int32_t cg;                            // input channels per group
+  int32_t ktot;                          // kernel taps: product of kernel[]
+  int32_t vec;                           // channels per work item: 1, or 16 bytes' worth
+  int32_t flip;                          // taps in reverse (convolution, not correlation)
+};
+
+}  // extern "C"

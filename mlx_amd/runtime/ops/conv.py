@@ -1,0 +1,303 @@
+"""Convolution launcher: MLX's Convolution primitive (conv1d/2d/3d, conv_general,
+conv_transpose*, and the convolutions of a conv's vjp) as im2col + GEMM.
+
+MLX's layouts are channels-last: input (N, *spatial, C_in), weight (C_out, *kernel,
+C_in / groups), output (N, *out_spatial, C_out). State: kernel_strides, padding_lo,
+padding_hi, kernel_dilation, input_dilation, groups, flip. An output element is
+
+    out[n, o, co] = sum_{k, c} x~[n, o * stride + tap(k) * kdil - pad_lo, g * Cg + c] * w[co, k, c]
+
+with g = co // (C_out / groups), tap(k) = K - 1 - k when flipping, and x~ the input
+with (input_dilation - 1) zeros between its elements (taps outside it read 0).
+
+Plan: our im2col kernel (hip_kernels/conv.hip) writes the patches of a chunk of output
+positions into a temporary (at most CHUNK_BYTES), then the matmul family's plan for a
+synthetic Matmul multiplies them by the weight seen as a (taps * Cg, C_out) matrix (the
+vendor GEMM: tensor cores on both vendors), its buffer references remapped onto our
+temporaries, inputs and the output's rows of that chunk. groups > 1 is one batched GEMM
+over groups into a temporary, then a copy-family transpose into the output's columns. A
+1x1 convolution with stride 1 and no padding of a row-contiguous input is the GEMM alone.
+
+Not covered (MLX's CPU runs them): dtypes other than float16/bfloat16/float32/float64
+(MLX refuses the others too), more than 3 spatial dims, convolutions needing more than
+MAX_CHUNKS chunks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import struct
+
+from .. import kernel_table as kt
+from ..launch import Launch
+from ..plan import HostCall, Layout, Memset, Node, Plan, Ref, inp, out as out_ref, tmp
+from . import copy as copy_family
+from . import matmul
+
+FAMILY = "conv"
+
+PRIMITIVES = {"Convolution": "conv"}
+
+DTYPES = ("float16", "bfloat16", "float32", "float64")
+ITEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+DIMS = 3                      # MLXA_CONV_DIMS
+BLOCK = 256                   # MLXA_CONV_BLOCK
+CHUNK_BYTES = 256 << 20       # patches per chunk
+MAX_CHUNKS = 256
+_BLOCKS_PER_CU = 32
+_I32 = 2**31 - 1
+
+# ---- argument struct (include/mlxa/conv_args.h) ----------------------------------------
+_TAIL = struct.Struct("<3q" + f"{2 + DIMS}q" + f"{7 * DIMS}i" + "5i")
+ARG_STRUCTS = {"ConvArgs": (2, 16 + _TAIL.size)}
+
+
+def conv_tail(p0, positions, n_work, in_strides, in_spatial, out_spatial, kernel, stride, pad_lo,
+              kdil, idil, groups, cg, ktot, vec, flip) -> bytes:
+    return _TAIL.pack(p0, positions, n_work, *in_strides, *in_spatial, *out_spatial, *kernel, *stride,
+                      *pad_lo, *kdil, *idil, groups, cg, ktot, vec, int(bool(flip)))
+
+
+def _pad(v, fill):
+    """Spatial parameters padded in front to DIMS (extent-1 dims keep the order)."""
+    v = [int(x) for x in v]
+    return [fill] * (DIMS - len(v)) + v
+
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    N: int
+    C_in: int
+    C_out: int
+    G: int
+    Cg: int
+    Cog: int
+    ktot: int
+    positions: int            # N * prod(out spatial)
+    in_spatial: tuple
+    out_spatial: tuple
+    kernel: tuple
+    stride: tuple
+    pad_lo: tuple
+    kdil: tuple
+    idil: tuple
+    flip: bool
+
+    @property
+    def kd(self) -> int:      # GEMM depth: taps * channels per group
+        return self.ktot * self.Cg
+
+
+def geometry(node):
+    """The convolution's sizes (padded to DIMS spatial dims), or None when not covered."""
+    if node.prim != "Convolution" or len(node.ins) != 2 or len(node.outs) != 1 or len(node.params) != 7:
+        return None
+    x, w = node.ins
+    o = node.out
+    strides, lo, hi, kdil, idil, groups, flip = node.params
+    D = x.ndim - 2
+    if not (1 <= D <= DIMS and w.ndim == x.ndim and o.ndim == x.ndim):
+        return None
+    if not (x.dtype == w.dtype == o.dtype and o.dtype in DTYPES):
+        return None
+    if not all(len(p) == D for p in (strides, lo, hi, kdil, idil)):
+        return None
+    G = int(groups)
+    N, C_in, C_out = x.shape[0], x.shape[-1], w.shape[0]
+    if G < 1 or C_in % G or C_out % G or w.shape[-1] * G != C_in:
+        return None
+    if o.shape[0] != N or o.shape[-1] != C_out:
+        return None
+    if min(strides) < 1 or min(kdil) < 1 or min(idil) < 1:
+        return None
+    # the output extent MLX computes from these parameters (a mismatch: not our node)
+    for d in range(D):
+        S, K = x.shape[1 + d], w.shape[1 + d]
+        span = (S - 1) * idil[d] + 1 + lo[d] + hi[d] - ((K - 1) * kdil[d] + 1)
+        if S and K and span >= 0 and o.shape[1 + d] != span // strides[d] + 1:
+            return None
+    out_sp = tuple(o.shape[1:-1])
+    return Geometry(N, C_in, C_out, G, C_in // G, C_out // G, math.prod(w.shape[1:-1]),
+                    N * math.prod(out_sp), tuple(_pad(x.shape[1:-1], 1)), tuple(_pad(out_sp, 1)),
+                    tuple(_pad(w.shape[1:-1], 1)), tuple(_pad(strides, 1)), tuple(_pad(lo, 0)),
+                    tuple(_pad(kdil, 1)), tuple(_pad(idil, 1)), bool(flip))
+
+
+# ---- remapping a matmul plan onto our buffers -------------------------------------------
+def _remap_ref(r: Ref, a_ref: Ref, b_ref: Ref, d_ref: Ref, t_base: int) -> Ref:
+    if r.kind == "i":
+        base = (a_ref, b_ref)[r.index]
+        return base._replace(offset=base.offset + r.offset)
+    if r.kind == "o":
+        return d_ref._replace(offset=d_ref.offset + r.offset)
+    return tmp(t_base + r.index, r.offset)
+
+
+def _gemm_steps(A: Layout, B: Layout, D: Layout, a_ref, b_ref, d_ref, temps: list, device):
+    """The matmul family's steps for D = A @ B on our buffers (its temporaries appended
+    to ``temps``), or None."""
+    plan = matmul.plan_node(Node("Matmul", (), (A, B), (D,)), device)
+    if plan is None or plan.init or plan.donate:
+        return None
+    base = len(temps)
+    temps.extend(plan.temps)
+    m = lambda r: _remap_ref(r, a_ref, b_ref, d_ref, base)  # noqa: E731
+    steps = []
+    for st in plan.steps:
+        if isinstance(st, Launch):
+            if st.refs is None:        # the matmul family always names its buffers
+                return None
+            steps.append(dataclasses.replace(st, refs=tuple(m(r) for r in st.refs)))
+        elif isinstance(st, Memset):
+            steps.append(dataclasses.replace(st, ref=m(st.ref)))
+        elif isinstance(st, HostCall):
+            steps.append(dataclasses.replace(st, refs=tuple(m(r) for r in st.refs)))
+        else:
+            return None
+    return steps
+
+
+def _copy_launch(src: Layout, dst: Layout, src_ref, dst_ref, device):
+    lau = copy_family.plan("copy", (src,), dst, device)
+    if lau is None:
+        return None
+    return dataclasses.replace(lau, refs=(src_ref, dst_ref))
+
+
+# ---- im2col ---------------------------------------------------------------------------------
+def _vec(x: Layout, g: Geometry) -> int:
+    """Channels per im2col work item: 16 bytes' worth when the layout proves it."""
+    V = 16 // x.itemsize
+    st = x.strides
+    if V > 1 and st[-1] == 1 and g.Cg % V == 0 and all(s % V == 0 for s in st[:-1]):
+        return V
+    return 1
+
+
+def _im2col(x: Layout, g: Geometry, p0: int, P: int, x_ref, t_ref, device) -> Launch:
+    vec = _vec(x, g)
+    n_work = P * g.G * g.ktot * (g.Cg // vec)
+    sp = _pad(x.strides[1:-1], 0)
+    in_strides = (x.strides[0], *sp, x.strides[-1])
+    tail = conv_tail(p0, P, n_work, in_strides, g.in_spatial, g.out_spatial, g.kernel, g.stride, g.pad_lo,
+                     g.kdil, g.idil, g.G, g.Cg, g.ktot, vec, g.flip)
+    cap = max(1, int(device.compute_units)) * _BLOCKS_PER_CU
+    grid = (min(-(-n_work // BLOCK), cap), 1, 1) if n_work else (0, 1, 1)
+    name = kt.table(FAMILY).name(kt, x.itemsize)
+    return Launch(FAMILY, name, grid, (BLOCK, 1, 1), 0, 2, tail, (x_ref, t_ref))
+
+
+def _is_pointwise(x: Layout, g: Geometry) -> bool:
+    return (g.G == 1 and g.ktot == 1 and all(s == 1 for s in g.stride) and not any(g.pad_lo)
+            and all(d == 1 for d in g.idil) and g.in_spatial == g.out_spatial and x.row_contiguous)
+
+
+def plan_node(node, device):
+    g = geometry(node)
+    if g is None:
+        return None
+    x, w = node.ins
+    o = node.out
+    dt, isz = o.dtype, ITEM[o.dtype]
+    if o.size == 0:
+        return Plan(())
+    if g.kd == 0 or x.size == 0:
+        return Plan((Memset(out_ref(0), o.nbytes, 0),))
+    if max(g.in_spatial + g.out_spatial) > _I32 or g.ktot > _I32 or g.Cg > _I32:
+        return None
+    steps: list = []
+    temps: list = []
+    # the weight as (C_out, taps * Cg) row-major: in place, or copied so
+    if w.row_contiguous:
+        w_ref = inp(1)
+    else:
+        cp = _copy_launch(w, Layout.row_major(w.shape, dt), inp(1), tmp(len(temps)), device)
+        if cp is None:
+            return None
+        w_ref = tmp(len(temps))
+        temps.append(w.size * isz)
+        steps.append(cp)
+    kd, M = g.kd, g.positions
+    if _is_pointwise(x, g):
+        A = Layout.strided((M, kd), (kd, 1), dt)
+        B = Layout.strided((kd, g.C_out), (1, kd), dt)
+        gemm = _gemm_steps(A, B, Layout.row_major((M, g.C_out), dt), inp(0), w_ref, out_ref(0), temps, device)
+        return None if gemm is None else Plan(tuple(steps + gemm), temps=tuple(temps))
+    # chunks of output positions whose patches fit CHUNK_BYTES
+    per_pos = g.G * kd * isz
+    P = max(1, min(M, CHUNK_BYTES // per_pos))
+    chunks = -(-M // P)
+    if chunks > MAX_CHUNKS:
+        return None
+    t_patch = len(temps)
+    temps.append(P * per_pos)
+    t_d = None
+    if g.G > 1:
+        t_d = len(temps)
+        temps.append(P * g.C_out * isz)
+    gemm_cache: dict = {}
+    for c in range(chunks):
+        p0 = c * P
+        pc = min(P, M - p0)
+        steps.append(_im2col(x, g, p0, pc, inp(0), tmp(t_patch), device))
+        o_ref = out_ref(0, p0 * g.C_out * isz)
+        if g.G == 1:
+            key = pc
+            if key not in gemm_cache:
+                A = Layout.row_major((pc, kd), dt)
+                B = Layout.strided((kd, g.C_out), (1, kd), dt)
+                gemm_cache[key] = (A, B, Layout.row_major((pc, g.C_out), dt))
+            A, B, D = gemm_cache[key]
+            gemm = _gemm_steps(A, B, D, tmp(t_patch), w_ref, o_ref, temps, device)
+            if gemm is None:
+                return None
+            steps.extend(gemm)
+        else:
+            # batched over groups: (G, pc, kd) @ (G, kd, Cog) -> (G, pc, Cog), then the
+            # transpose into the output rows (pc, G, Cog)
+            A = Layout.row_major((g.G, pc, kd), dt)
+            B = Layout.strided((g.G, kd, g.Cog), (g.Cog * kd, 1, kd), dt)
+            D = Layout.row_major((g.G, pc, g.Cog), dt)
+            gemm = _gemm_steps(A, B, D, tmp(t_patch), w_ref, tmp(t_d), temps, device)
+            if gemm is None:
+                return None
+            steps.extend(gemm)
+            view = Layout.strided((pc, g.G, g.Cog), (g.Cog, pc * g.Cog, 1), dt)
+            cp = _copy_launch(view, Layout.row_major((pc, g.G, g.Cog), dt), tmp(t_d), o_ref, device)
+            if cp is None:
+                return None
+            steps.append(cp)
+    return Plan(tuple(steps), temps=tuple(temps))
+
+
+def reference(x, w, strides, lo, hi, kdil, idil, groups, flip):
+    """NumPy model of the primitive (float64), for the plan tests: direct definition."""
+    import numpy as np
+
+    x = np.asarray(x, np.float64)
+    w = np.asarray(w, np.float64)
+    D = x.ndim - 2
+    N, C_in, C_out = x.shape[0], x.shape[-1], w.shape[0]
+    Cg, Cog = C_in // groups, C_out // groups
+    K = w.shape[1:-1]
+    S = x.shape[1:-1]
+    O = [((S[d] - 1) * idil[d] + 1 + lo[d] + hi[d] - ((K[d] - 1) * kdil[d] + 1)) // strides[d] + 1
+         for d in range(D)]
+    out = np.zeros((N, *O, C_out))
+    for oi in np.ndindex(*O):
+        for ki in np.ndindex(*K):
+            src = []
+            for d in range(D):
+                tap = K[d] - 1 - ki[d] if flip else ki[d]
+                q = oi[d] * strides[d] + tap * kdil[d] - lo[d]
+                if q < 0 or q % idil[d] or q // idil[d] >= S[d]:
+                    break
+                src.append(q // idil[d])
+            else:
+                xs = x[(slice(None), *src)]                 # (N, C_in)
+                for gi in range(groups):
+                    xg = xs[:, gi * Cg:(gi + 1) * Cg]
+                    wg = w[(slice(gi * Cog, (gi + 1) * Cog), *ki)]   # (Cog, Cg)
+                    out[(slice(None), *oi, slice(gi * Cog, (gi + 1) * Cog))] += xg @ wg.T
+    return out

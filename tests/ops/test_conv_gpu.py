@@ -1,0 +1,122 @@
+"""Convolution on the GPU against MLX's CPU: nn.Conv1d/2d/3d, mx.conv_general over every
+parameter (strides, asymmetric padding, kernel and input dilation, groups incl. depthwise,
+flip), conv_transpose1d/2d, the gradient of a small CNN (its vjp is Convolutions with
+input dilation and flip over transposed operands), float32/float16/bfloat16/float64,
+transposed and sliced inputs, both GEMM paths (library and our portable kernel).
+
+Values are small integers, so every sum is exact in each dtype whatever the summation
+order (TF32 and 16-bit products included) and results compare exactly.
+
+    pytest -m gpu tests/ops/test_conv_gpu.py
+"""
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+from oracle import check_gpu
+
+pytestmark = pytest.mark.gpu
+
+FLOATS = ("float32", "float16", "bfloat16")
+P = ("Convolution",)
+
+
+def ints(shape, dtype="float32", seed=0, lo=-1, hi=2):
+    v = np.random.default_rng(seed).integers(lo, hi, size=shape).astype(np.float32)
+    return mx.array(v).astype(getattr(mx, dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_nn_conv_layers(gpu_runtime, dtype):
+    dt = getattr(mx, dtype)
+    for layer, shape, seed in ((nn.Conv1d(6, 8, 3, stride=2, padding=1), (2, 17, 6), 1),
+                               (nn.Conv2d(4, 16, 3, padding=1), (2, 9, 10, 4), 2),
+                               (nn.Conv3d(3, 5, (2, 3, 2), stride=(1, 2, 1)), (1, 5, 7, 6, 3), 3)):
+        layer.update({k: ints(v.shape, dtype, seed + 10) for k, v in layer.parameters().items()})
+        layer.set_dtype(dt)
+        check_gpu(lambda x: layer(x), ints(shape, dtype, seed), prims=P, what=f"{dtype} {type(layer).__name__}")
+
+
+GENERAL = [
+    # (x shape, w shape, stride, (lo, hi), kernel_dilation, input_dilation, groups, flip)
+    ((2, 11, 6), (4, 3, 6), 2, ([1], [2]), 1, 1, 1, False),
+    ((2, 11, 6), (6, 3, 2), 1, ([0], [3]), 2, 1, 3, True),
+    ((1, 8, 7, 8), (8, 3, 3, 1), (1, 2), ([1, 2], [1, 0]), (2, 1), 1, 8, False),        # depthwise
+    ((1, 8, 7, 8), (16, 3, 3, 1), 1, ([1, 1], [1, 1]), 1, 1, 8, False),                # depthwise x2
+    ((2, 5, 6, 4), (6, 2, 3, 2), (2, 1), ([0, 1], [2, 1]), (1, 2), (2, 1), 2, True),
+    ((1, 4, 5, 3), (5, 3, 3, 3), 1, ([2, 2], [2, 2]), 1, (2, 3), 1, True),             # transpose-like
+    ((1, 4, 5, 4, 2), (3, 2, 3, 2, 2), (1, 2, 1), ([1, 0, 1], [0, 1, 1]), (2, 1, 1), (1, 2, 1), 1, False),
+    ((3, 6, 6, 16), (32, 1, 1, 16), 1, ([0, 0], [0, 0]), 1, 1, 1, False),              # pointwise GEMM
+    ((2, 6, 6, 16), (8, 3, 3, 16), 1, ([1, 1], [1, 1]), 1, 1, 1, False),               # 16-byte im2col
+]
+
+
+# MLX's CPU convolves float64 only in its plain paths (the others raise there)
+CASES = [(dt, c) for dt in FLOATS for c in range(len(GENERAL))] + [("float64", c) for c in (0, 7, 8)]
+
+
+@pytest.mark.parametrize("dtype,case", CASES)
+def test_conv_general_every_parameter(gpu_runtime, dtype, case):
+    xs, ws, stride, pad, kdil, idil, groups, flip = GENERAL[case]
+    fn = lambda x, w: mx.conv_general(x, w, stride=stride, padding=pad, kernel_dilation=kdil,
+                                      input_dilation=idil, groups=groups, flip=flip)
+    check_gpu(fn, ints(xs, dtype, case), ints(ws, dtype, 50 + case), prims=P, what=f"{dtype} case {case}")
+
+
+@pytest.mark.parametrize("mode", ["kernel", "auto"])
+def test_portable_gemm_and_layouts(gpu_runtime, monkeypatch, mode):
+    monkeypatch.setenv("MLX_AMD_GEMM", mode)
+    gpu_runtime.evaluator.plans.clear()
+    try:
+        x = ints((2, 7, 9, 8), "float32", 5)
+        w = ints((6, 3, 3, 8), "float32", 6)
+        check_gpu(lambda x, w: mx.conv2d(mx.transpose(x, (0, 2, 1, 3)), w, padding=1), x, w, prims=P,
+                  what=f"{mode} transposed input")
+        check_gpu(lambda x, w: mx.conv2d(x[:, 1:, ::2, :], w[:, ::-1], stride=2), x, w, prims=P,
+                  what=f"{mode} sliced input, reversed weight")
+        check_gpu(lambda x, w: mx.conv2d(x, mx.transpose(w, (0, 2, 1, 3)), groups=2),
+                  x, ints((6, 3, 3, 4), "float32", 7), prims=P, what=f"{mode} transposed weight, groups")
+    finally:
+        gpu_runtime.evaluator.plans.clear()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_conv_transpose(gpu_runtime, dtype):
+    check_gpu(lambda x, w: mx.conv_transpose1d(x, w, stride=2, padding=1), ints((2, 9, 4), dtype, 8),
+              ints((5, 3, 4), dtype, 9), prims=P, what=f"{dtype} 1d")
+    check_gpu(lambda x, w: mx.conv_transpose2d(x, w, stride=(2, 3), padding=(1, 0), output_padding=(1, 0)),
+              ints((1, 5, 4, 6), dtype, 10), ints((3, 3, 4, 6), dtype, 11), prims=P, what=f"{dtype} 2d")
+    check_gpu(lambda x, w: mx.conv_transpose2d(x, w, stride=2, groups=2), ints((1, 4, 4, 4), dtype, 12),
+              ints((6, 2, 2, 2), dtype, 13), prims=P, what=f"{dtype} 2d groups")
+
+
+def test_gradient_of_a_small_cnn(gpu_runtime):
+    def loss(x, w1, w2, w3):
+        h = nn.relu(mx.conv2d(x, w1, stride=2, padding=1))
+        h = mx.conv2d(h, w2, padding=(1, 0), groups=2)
+        h = mx.conv1d(mx.reshape(h, (h.shape[0], -1, h.shape[-1])), w3, stride=2)
+        return mx.sum(h * h)
+
+    args = (ints((2, 9, 8, 3), "float32", 14), ints((4, 3, 3, 3), "float32", 15),
+            ints((6, 3, 2, 2), "float32", 16), ints((2, 3, 6), "float32", 17))
+    check_gpu(mx.grad(loss, argnums=(0, 1, 2, 3)), *args, prims=P, what="grad")
+
+
+def test_large_chunked(gpu_runtime, monkeypatch):
+    from mlx_amd.runtime.ops import conv
+
+    monkeypatch.setattr(conv, "CHUNK_BYTES", 1 << 20)        # several chunks of patches
+    gpu_runtime.evaluator.plans.clear()
+    try:
+        x, w = ints((4, 40, 40, 32), "bfloat16", 18), ints((48, 3, 3, 32), "bfloat16", 19)
+        check_gpu(lambda x, w: mx.conv2d(x, w, padding=1), x, w, prims=P, what="chunked")
+        check_gpu(lambda x, w: mx.conv2d(x, w, padding=1, groups=4), x, ints((48, 3, 3, 8), "bfloat16", 20),
+                  prims=P, what="chunked groups")
+    finally:
+        gpu_runtime.evaluator.plans.clear()
+
+
+def test_empty(gpu_runtime):
+    check_gpu(lambda x, w: mx.conv2d(x, w), mx.zeros((0, 5, 5, 2)), ints((3, 3, 3, 2)), prims=(), what="empty")

@@ -1,0 +1,282 @@
+"""Convolution plans without a GPU: the ConvArgs struct against conv_args.h, the kernel
+table, and every plan executed by a NumPy model (im2col decoded from the argument tail,
+the matmul family's own steps run by test_matmul_plans' machine, copies as the planner
+asked for them) against a direct definition of the primitive and MLX's CPU result, over
+1-D/2-D/3-D, strides, asymmetric padding, kernel and input dilation, groups, flip and
+strided inputs and weights."""
+
+import dataclasses
+import math
+import struct
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlx_amd.runtime import kernel_table as kt
+from mlx_amd.runtime.launch import Launch
+from mlx_amd.runtime.ops import conv
+from mlx_amd.runtime.plan import HostCall, Layout, Memset, Node
+from cprobe import probe_output
+from test_matmul_plans import Machine as _MatmulMachine
+
+DIMS = conv.DIMS
+
+
+class Dev:
+    wave_size = 32
+    compute_units = 132
+    arch = "sm_90"
+
+
+_PROBE = r"""
+#include <cstddef>
+#include <cstdio>
+#include "mlxa/conv_args.h"
+#define F(f) std::printf(#f " %zu\n", offsetof(ConvArgs, f));
+int main() {
+  std::printf("sizeof %zu\n", sizeof(ConvArgs));
+  std::printf("dims %d\n", MLXA_CONV_DIMS);
+  F(in) F(patches) F(p0) F(positions) F(n_work) F(in_strides) F(in_spatial) F(out_spatial) F(kernel)
+  F(stride) F(pad_lo) F(kdil) F(idil) F(groups) F(cg) F(ktot) F(vec) F(flip)
+}
+"""
+FIELDS = [("p0", "q"), ("positions", "q"), ("n_work", "q"), ("in_strides", f"{2 + DIMS}q"),
+          ("in_spatial", f"{DIMS}i"), ("out_spatial", f"{DIMS}i"), ("kernel", f"{DIMS}i"), ("stride", f"{DIMS}i"),
+          ("pad_lo", f"{DIMS}i"), ("kdil", f"{DIMS}i"), ("idil", f"{DIMS}i"), ("groups", "i"), ("cg", "i"),
+          ("ktot", "i"), ("vec", "i"), ("flip", "i")]
+
+
+@pytest.fixture(scope="module")
+def c_layout(tmp_path_factory):
+    out = probe_output(_PROBE, tmp_path_factory.mktemp("convargs"))
+    return {line.split()[0]: int(line.split()[1]) for line in out.splitlines()}
+
+
+def test_struct_matches_c(c_layout):
+    c = c_layout
+    nptr, size = conv.ARG_STRUCTS["ConvArgs"]
+    assert c["dims"] == DIMS and c["sizeof"] == size and c["patches"] == 8
+    off = 8 * nptr
+    for f, fmt in FIELDS:
+        assert c[f] == off, f
+        off += struct.calcsize("<" + fmt)
+    assert off == size
+
+
+def test_kernel_table_is_lean():
+    names = kt.kernel_names("conv")
+    assert names == ["conv_im2col_uint16_uint16", "conv_im2col_uint32_uint32", "conv_im2col_uint64_uint64"]
+
+
+def decode(tail):
+    blob = b"\0" * 16 + tail
+    a, off = {}, 16
+    for f, fmt in FIELDS:
+        v = struct.unpack_from("<" + fmt, blob, off)
+        off += struct.calcsize("<" + fmt)
+        a[f] = v if len(v) > 1 else v[0]
+    return a
+
+
+class Machine(_MatmulMachine):
+    """Flat float64 buffers; adds our im2col and the copies the conv planner asked for."""
+
+    copies: dict = {}
+
+    def run(self, plan, node):
+        for st in plan.steps:
+            if isinstance(st, Launch) and st.family == "conv":
+                self.im2col(st)
+            elif isinstance(st, Launch) and st.family == "copytest":
+                src, dst = Machine.copies[st.kernel]
+                sb, so = self.ptr(st.refs[0])
+                db, do = self.ptr(st.refs[1])
+                idx = so + sum(np.arange(d).reshape([-1 if j == i else 1 for j in range(len(src.shape))]) * s
+                               for i, (d, s) in enumerate(zip(src.shape, src.strides)))
+                assert dst.row_contiguous
+                db[do:do + src.size] = sb[idx].ravel()
+            else:
+                super().run(dataclasses.replace(plan, steps=(st,)), node)
+
+    def im2col(self, st):
+        a = decode(st.tail)
+        (ib, io), (pb, po) = self.ptr(st.refs[0]), self.ptr(st.refs[1])
+        vec, cg, ktot, P = a["vec"], a["cg"], a["ktot"], a["positions"]
+        assert st.grid[0] * st.block[0] > 0 and a["n_work"] == P * a["groups"] * ktot * (cg // vec)
+        cs = a["in_strides"][-1]
+        for w in range(a["n_work"]):
+            t, c = divmod(w, cg // vec)
+            c *= vec
+            t, k = divmod(t, ktot)
+            g, p = divmod(t, P)
+            pos, kr = a["p0"] + p, k
+            o, kk = [0] * DIMS, [0] * DIMS
+            for d in reversed(range(DIMS)):
+                pos, o[d] = divmod(pos, a["out_spatial"][d])
+                kr, kk[d] = divmod(kr, a["kernel"][d])
+            off = pos * a["in_strides"][0] + (g * cg + c) * cs
+            inside = True
+            for d in range(DIMS):
+                tap = a["kernel"][d] - 1 - kk[d] if a["flip"] else kk[d]
+                q = o[d] * a["stride"][d] + tap * a["kdil"][d] - a["pad_lo"][d]
+                inside = inside and q >= 0 and q % a["idil"][d] == 0 and q // a["idil"][d] < a["in_spatial"][d]
+                off += (q // a["idil"][d]) * a["in_strides"][1 + d]
+            for j in range(vec):
+                pb[po + w * vec + j] = ib[io + off + j * cs] if inside else 0.0
+
+
+@pytest.fixture
+def traced_copies(monkeypatch):
+    """conv's copies become marker launches the machine executes from their layouts."""
+    Machine.copies = {}
+
+    def fake(src, dst, src_ref, dst_ref, device):
+        key = f"copy{len(Machine.copies)}"
+        Machine.copies[key] = (src, dst)
+        return Launch("copytest", key, (1, 1, 1), (1, 1, 1), 0, 2, b"", (src_ref, dst_ref))
+
+    monkeypatch.setattr(conv, "_copy_launch", fake)
+
+
+def operand(rng, shape, kind):
+    """(flat buffer, element-0 offset, Layout, value): row | transposed (reversed memory
+    order) | sliced (every other element of the last dim)."""
+    shape = tuple(shape)
+    if kind == "row":
+        v = rng.integers(-3, 4, size=shape).astype(np.float64)
+        buf, strides = v.ravel(), v.strides
+    elif kind == "transposed":
+        store = rng.integers(-3, 4, size=shape[::-1]).astype(np.float64)
+        v = store.transpose()
+        buf, strides = store.ravel(), v.strides
+    else:
+        big = rng.integers(-3, 4, size=shape[:-1] + (2 * shape[-1],)).astype(np.float64)
+        v = big[..., ::2]
+        buf, strides = big.ravel(), v.strides
+    buf = np.concatenate([np.full(5, np.nan), buf])
+    lay = Layout.strided(shape, tuple(s // 8 for s in strides), "float32")
+    return buf, 5, lay, np.array(v)
+
+
+def run(x_op, w_op, params, dtype="float32", monkeypatch=None):
+    strides, lo, hi, kdil, idil, groups, flip = params
+    ref = conv.reference(x_op[3], w_op[3], strides, lo, hi, kdil, idil, groups, flip)
+    xl, wl = (dataclasses.replace(op[2], dtype=dtype) for op in (x_op, w_op))
+    o = Layout.row_major(ref.shape, dtype)
+    node = Node("Convolution", params, (xl, wl), (o,))
+    plan = conv.plan_node(node, Dev())
+    assert plan is not None, (xl, wl, params)
+    m = Machine([(x_op[0], x_op[1]), (w_op[0], w_op[1])], o.size, plan.temps, "float32")
+    m.run(plan, node)
+    np.testing.assert_allclose(m.out.reshape(ref.shape), ref, rtol=1e-12, atol=1e-9)
+    return plan, ref
+
+
+def mlx_conv(x, w, params):
+    strides, lo, hi, kdil, idil, groups, flip = params
+    return mx.conv_general(mx.array(x.astype(np.float32)), mx.array(w.astype(np.float32)), stride=strides,
+                           padding=(list(lo), list(hi)), kernel_dilation=kdil, input_dilation=idil,
+                           groups=groups, flip=flip)
+
+
+CASES = [
+    # (x shape, w shape, strides, lo, hi, kdil, idil, groups, flip)
+    ((2, 9, 4), (5, 3, 4), (1,), (0,), (0,), (1,), (1,), 1, False),
+    ((2, 9, 4), (6, 3, 2), (2,), (1,), (2,), (2,), (1,), 2, True),
+    ((1, 7, 6, 3), (4, 3, 2, 3), (1, 2), (1, 0), (0, 2), (1, 1), (1, 1), 1, False),
+    ((2, 6, 5, 4), (8, 3, 3, 1), (2, 1), (2, 1), (1, 1), (2, 1), (1, 1), 4, False),   # depthwise x2
+    ((1, 4, 5, 6), (3, 3, 3, 6), (1, 1), (2, 1), (2, 1), (1, 1), (2, 3), 1, True),    # conv_transpose-like
+    ((1, 4, 3, 5, 2), (3, 2, 3, 2, 2), (1, 2, 1), (1, 0, 1), (0, 1, 1), (2, 1, 1), (1, 2, 1), 1, False),
+    ((3, 5, 5, 8), (16, 1, 1, 8), (1, 1), (0, 0), (0, 0), (1, 1), (1, 1), 1, False),  # pointwise: GEMM only
+    ((3, 5, 5, 8), (6, 1, 1, 4), (1, 1), (0, 0), (0, 0), (1, 1), (1, 1), 2, False),   # grouped 1x1
+    ((2, 6, 6, 8), (8, 3, 3, 8), (1, 1), (1, 1), (1, 1), (1, 1), (1, 1), 1, False),   # vector im2col
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{len(c[0]) - 2}d_g{c[7]}_{'f' if c[8] else 'c'}")
+@pytest.mark.parametrize("kind", ["row", "transposed", "sliced"])
+@pytest.mark.parametrize("mode", ["auto", "kernel"])
+def test_plans_compute_the_convolution(monkeypatch, traced_copies, case, kind, mode):
+    monkeypatch.setenv("MLX_AMD_GEMM", mode)
+    xs, ws, *params = case
+    rng = np.random.default_rng(len(xs) * 7 + params[5])
+    x, w = operand(rng, xs, kind), operand(rng, ws, "row" if kind == "sliced" else kind)
+    plan, ref = run(x, w, tuple(params))
+    kinds = [type(s).__name__ if not isinstance(s, Launch) else s.family for s in plan.steps]
+    pointwise = all(k == 1 for k in ws[1:-1]) and params[0] == (1,) * len(params[0]) and kind == "row" \
+        and params[5] == 1
+    assert ("conv" in kinds) != pointwise, kinds
+    # the primitive's own CPU result agrees with the direct definition
+    np.testing.assert_allclose(np.array(mlx_conv(x[3], w[3], tuple(params))), ref, rtol=1e-5, atol=1e-4)
+
+
+def test_vector_im2col_only_when_proven():
+    g = conv.geometry(Node("Convolution", ((1, 1), (1, 1), (1, 1), (1, 1), (1, 1), 1, False),
+                           (Layout.row_major((2, 6, 6, 8), "float16"), Layout.row_major((8, 3, 3, 8), "float16")),
+                           (Layout.row_major((2, 6, 6, 8), "float16"),)))
+    assert conv._vec(Layout.row_major((2, 6, 6, 8), "float16"), g) == 8
+    assert conv._vec(Layout.row_major((2, 6, 6, 8), "float32"), g) == 4
+    assert conv._vec(Layout.strided((2, 6, 6, 8), (288, 48, 8, 1), "float16"), g) == 8
+    assert conv._vec(Layout.strided((2, 6, 6, 8), (1, 2, 12, 72), "float16"), g) == 1
+
+
+def test_chunks_bound_the_patches(monkeypatch, traced_copies):
+    monkeypatch.setattr(conv, "CHUNK_BYTES", 7 * 3 * 18 * 4)     # 7 positions per chunk
+    rng = np.random.default_rng(3)
+    x, w = operand(rng, (2, 6, 5, 6), "row"), operand(rng, (6, 3, 3, 2), "row")
+    params = ((1, 1), (1, 1), (1, 1), (1, 1), (1, 1), 3, False)
+    plan, _ = run(x, w, params)
+    assert plan.temps[0] == 7 * 3 * 18 * 4
+    assert sum(isinstance(s, Launch) and s.family == "conv" for s in plan.steps) == math.ceil(60 / 7)
+
+
+@pytest.mark.parametrize("dtype", conv.DTYPES)
+def test_every_float_dtype_plans_with_the_real_gemm(dtype):
+    for xs, ws, *params in CASES:
+        node = Node("Convolution", tuple(params), (Layout.row_major(xs, dtype), Layout.row_major(ws, dtype)),
+                    (Layout.row_major(conv.reference(np.zeros(xs), np.zeros(ws), *params).shape, dtype),))
+        plan = conv.plan_node(node, Dev())
+        assert plan is not None
+        for st in plan.steps:
+            refs = st.refs if not isinstance(st, Memset) else (st.ref,)
+            assert all(r.kind in "iot" and (r.kind != "t" or r.index < len(plan.temps)) for r in refs)
+            assert all(r.kind != "i" or r.index in (0, 1) for r in refs)
+        assert any(isinstance(s, HostCall) for s in plan.steps)
+        if dtype != "float32":
+            continue
+        # the vjp of a conv is convolutions too: input dilation, flip, swapped roles
+        f = lambda x, w: mx.sum(mx.conv_general(x, w, stride=params[0], padding=(list(params[1]), list(params[2])),
+                                                kernel_dilation=params[3], input_dilation=params[4],
+                                                groups=params[5], flip=params[6]) ** 2)
+        gx, gw = mx.grad(f, argnums=(0, 1))(mx.ones(xs), mx.ones(ws))
+        mx.eval(gx, gw)
+
+
+def test_declines_and_empty():
+    f32 = "float32"
+    R = Layout.row_major
+    p2 = ((1, 1), (0, 0), (0, 0), (1, 1), (1, 1), 1, False)
+    ok = Node("Convolution", p2, (R((1, 4, 4, 2), f32), R((3, 3, 3, 2), f32)), (R((1, 2, 2, 3), f32),))
+    assert conv.plan_node(ok, Dev()) is not None
+    bad = [
+        Node("Convolution", p2, (R((1, 4, 4, 2), "int32"), R((3, 3, 3, 2), "int32")), (R((1, 2, 2, 3), "int32"),)),
+        Node("Convolution", p2, (R((1, 4, 4, 2), f32), R((3, 3, 3, 2), f32)), (R((1, 3, 3, 3), f32),)),   # shape
+        Node("Convolution", p2[:5] + (2, False), (R((1, 4, 4, 2), f32), R((3, 3, 3, 1), f32)), (R((1, 2, 2, 3), f32),)),
+        Node("Convolution", ((1,) * 4,) * 5 + (1, False), (R((1, 2, 2, 2, 2, 2), f32), R((1, 1, 1, 1, 1, 2), f32)),
+             (R((1, 2, 2, 2, 2, 1), f32),)),
+    ]
+    for node in bad:
+        assert conv.plan_node(node, Dev()) is None
+    empty = Node("Convolution", p2, (R((0, 4, 4, 2), f32), R((3, 3, 3, 2), f32)), (R((0, 2, 2, 3), f32),))
+    assert conv.plan_node(empty, Dev()).steps == ()
+    zero_c = Node("Convolution", p2, (R((1, 4, 4, 0), f32), R((3, 3, 3, 0), f32)), (R((1, 2, 2, 3), f32),))
+    (st,) = conv.plan_node(zero_c, Dev()).steps
+    assert isinstance(st, Memset) and st.nbytes == 12 * 4
+
+
+def test_real_node_params():
+    from mlx_amd import _bridge
+    y = mx.conv_transpose2d(mx.ones((1, 4, 4, 3)), mx.ones((5, 3, 3, 3)), stride=2, padding=1)
+    (node,) = [n for n in _bridge.Graph([y]).nodes if n[0] == "Convolution"]
+    assert node[1] == ((1, 1), (1, 1), (1, 1), (1, 1), (2, 2), 1, True)
