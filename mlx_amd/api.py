@@ -114,6 +114,9 @@ def enable() -> _Enabled:
     for name, fn in _MX_FUNCTIONS.items():
         saved["mx." + name] = getattr(mx, name)
         setattr(mx, name, fn)
+    from . import fastops
+
+    fastops.install()  # mx.fast.* build our fused primitives (mlx_amd/fastops.py)
     for name in _READ_METHODS:
         orig = getattr(mx.array, name, None)
         if orig is not None:
@@ -140,6 +143,9 @@ def disable() -> None:
     finally:
         for name in _MX_FUNCTIONS:
             setattr(mx, name, saved.pop("mx." + name))
+        from . import fastops
+
+        fastops.uninstall()
         for name in _READ_METHODS:
             if name in saved:
                 setattr(mx.array, name, saved.pop(name))

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "fast.h"
 #include "graph.h"
 #include "mlx/version.h"
 
@@ -65,6 +66,8 @@ NB_MODULE(_bridge, m) {
         "gx"_a, "gy"_a, "gz"_a, "bx"_a, "by"_a, "bz"_a, "shared_mem"_a, "stream"_a,
         "args"_a,
         "Launch a kernel through the driver entry point at `entry`; returns its status.");
+
+  mlx_amd::register_fast(m);
 
   nb::class_<Graph>(m, "Graph",
                     "One walk of the unevaluated graph behind `outputs`.")

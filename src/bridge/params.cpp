@@ -18,6 +18,7 @@
 #include <variant>
 
 #include "bridge.h"
+#include "fast.h"
 #include "mlx/fast_primitives.h"
 
 namespace mlx_amd {
@@ -146,6 +147,11 @@ const std::unordered_map<std::string, Entry>& table() {
     V(Copy, Share) V(StopGradient, Share) V(Depends, Depends)
     V(CustomTransforms, CustomTransforms) V(Contiguous, Contiguous)
     (*m)["Compiled"] = Entry{&compiled_params, ViewKind::None};
+    // ours (fast.h): mx.fast.* while mlx_amd is enabled
+    (*m)["mlx_amd::RMSNorm"] = Entry{&params_of<RMSNorm>, ViewKind::None};
+    (*m)["mlx_amd::LayerNorm"] = Entry{&params_of<LayerNorm>, ViewKind::None};
+    (*m)["mlx_amd::RoPE"] = Entry{&params_of<RoPE>, ViewKind::None};
+    (*m)["mlx_amd::SDPA"] = Entry{&params_of<SDPA>, ViewKind::None};
 #undef P
 #undef PV
 #undef V

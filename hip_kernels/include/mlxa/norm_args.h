@@ -1,0 +1,26 @@
+// Argument struct of the norm family (hip_kernels/norm.hip), passed by value. Plain C
+// with fixed-width fields and explicit padding, checked with a host compiler against
+// the packer in mlx_amd/runtime/ops/norm.py.
+#pragma once
+
+#include <stdint.h>
+
+extern "C" {
+
+// rows of n elements; row r of x starts at r * row_stride elements, its items are
+// contiguous. w and b (n elements each, contiguous) are read when flags say so (their
+// pointers are otherwise some valid address, never dereferenced). out is row-contiguous.
+struct NormArgs {
+  const void* x;
+  const void* w;
+  const void* b;
+  void* out;
+  int64_t rows;
+  int64_t row_stride;   // elements between row starts of x
+  int32_t n;            // row length (> 0)
+  int32_t flags;        // bit 0: weight, bit 1: bias
+  float eps;
+  int32_t pad;
+};
+
+}  // extern "C"

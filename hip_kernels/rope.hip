@@ -1,0 +1,59 @@
+// Rope family: rotary position embedding (our mlx_amd::RoPE primitive, mx.fast.rope
+// while enabled). x is read through its strides (MLX usually hands a transposed view);
+// the output is row-contiguous.
+//
+// Numerics follow MLX's decomposition: position (l + offset) * scale and the angle in
+// float32; the default frequencies exp(-i * log(base) / half), given ones 1 / freqs[i];
+// cos and sin rounded to x's type, then each product and the difference/sum rounded to
+// x's type (float32: plain float32 operations, no fused multiply-add).
+#include "mlxa/platform.h"
+#include "mlxa/types.h"
+#include "mlxa/rope_args.h"
+
+namespace mlxa::rope {
+
+template <typename T> MLXA_DEVICE float rnd(float v) { return (float)widen(cast<T>(v)); }
+
+template <typename T>
+MLXA_DEVICE void rope_items(const RopeArgs& a) {
+  const T* x = (const T*)a.x;
+  T* out = (T*)a.out;
+  const int64_t nthreads = grid_threads<int64_t>();
+  for (int64_t i = global_thread<int64_t>(); i < a.total; i += nthreads) {
+    const int64_t row = i / a.items;
+    const int j = (int)(i - row * a.items);
+    const int l = (int)(row % a.seq);
+    const int64_t bn = row / a.seq;
+    const int h = (int)(bn % a.n_heads);
+    const int64_t bi = bn / a.n_heads;
+    const T* xr = x + bi * a.stride_b + h * a.stride_n + l * a.stride_l;
+    T* orow = out + row * (int64_t)a.d;
+    if (j >= a.half) {   // the tail beyond dims passes through
+      const int k = j + a.half;
+      orow[k] = xr[k * a.stride_d];
+      continue;
+    }
+    const int off = ((const int32_t*)a.offset)[bi * a.offset_stride];
+    const float pos = __fmul_rn((float)l + (float)off, a.scale);
+    const float inv = a.has_freqs ? 1.0f / ((const float*)a.freqs)[j * a.freqs_stride]
+                                  : expf(__fmul_rn(-(float)j, a.inv_freq_log));
+    const float theta = __fmul_rn(pos, inv);
+    const float c = rnd<T>(cosf(theta)), s = rnd<T>(sinf(theta));
+    const int i1 = a.traditional ? 2 * j : j;
+    const int i2 = a.traditional ? 2 * j + 1 : j + a.half;
+    const float x1 = (float)widen(xr[i1 * a.stride_d]), x2 = (float)widen(xr[i2 * a.stride_d]);
+    const float o1 = rnd<T>(rnd<T>(__fmul_rn(x1, c)) - rnd<T>(__fmul_rn(x2, s)));
+    const float o2 = rnd<T>(rnd<T>(__fmul_rn(x1, s)) + rnd<T>(__fmul_rn(x2, c)));
+    orow[i1] = cast<T>(o1);
+    orow[i2] = cast<T>(o2);
+  }
+}
+
+}  // namespace mlxa::rope
+
+#define MLXA_ROPE(name, T)                                            \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(RopeArgs a) {         \
+    mlxa::rope::rope_items<T>(a);                                     \
+  }
+
+#include "rope.inc"

@@ -1,0 +1,29 @@
+"""Kernel table of the norm family (hip_kernels/norm.hip): RMS norm and layer norm over
+the last axis. Loaded by path by kernel_table.py (standard library only).
+
+Names: ``norm_<layout>_<op>_<x dtype>_<out dtype>_w<W>``; op ``rms`` or ``ln``; layout
+``r`` (row in registers, REG_GROUPS 16-byte groups per thread) or ``l`` (looped).
+Weight and bias come in the output dtype (the bridge casts them, as MLX does).
+"""
+
+# (x dtype, output dtype): the output is x's dtype, or float32 from a float32 weight
+PAIRS = (("float32", "float32"), ("float16", "float16"), ("bfloat16", "bfloat16"),
+         ("float16", "float32"), ("bfloat16", "float32"))
+OPS = {"rms": "false", "ln": "true"}
+LAYOUTS = ("r", "l")
+REG_GROUPS = 4
+WAVES = (32, 64)
+
+
+def kernel(kt, layout, op, x, o, wave):
+    return kt.kernel_name("norm", layout, op, x, o) + f"_w{int(wave)}"
+
+
+def entries(kt):
+    for op, ln in OPS.items():
+        for layout in LAYOUTS:
+            k = REG_GROUPS if layout == "r" else 0
+            for x, o in PAIRS:
+                for w in WAVES:
+                    name = kernel(kt, layout, op, x, o, w)
+                    yield name, f"MLXA_NORM({name}, {kt.CTYPES[x]}, {kt.CTYPES[o]}, {w}, {k}, {ln})"

@@ -1,0 +1,15 @@
+"""Kernel table of the rope family (hip_kernels/rope.hip). Loaded by path by
+kernel_table.py (standard library only). Names: ``rope_g_<dtype>_<dtype>`` (strided
+input, both layouts and every option by arguments)."""
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def kernel(kt, dtype):
+    return kt.kernel_name("rope", "g", None, dtype, dtype)
+
+
+def entries(kt):
+    for dt in DTYPES:
+        name = kernel(kt, dt)
+        yield name, f"MLXA_ROPE({name}, {kt.CTYPES[dt]})"

@@ -1,0 +1,175 @@
+"""Plans of the norm and rope families (no GPU): kernel choice, geometry, argument
+packing byte for byte against the C structs, and what falls back."""
+
+import math
+import struct
+import types
+
+import pytest
+
+from cprobe import probe_output
+from mlx_amd.runtime import kernel_table as kt
+from mlx_amd.runtime.ops import dispatch_table
+from mlx_amd.runtime.ops import norm as nm
+from mlx_amd.runtime.ops import rope as rp
+from mlx_amd.runtime.plan import Layout, Node
+
+DEV32, DEV64 = types.SimpleNamespace(wave_size=32), types.SimpleNamespace(wave_size=64)
+R = Layout.row_major
+
+
+def test_dispatch_and_tables():
+    d = dispatch_table()
+    assert d["mlx_amd::RMSNorm"] is nm and d["mlx_amd::LayerNorm"] is nm and d["mlx_amd::RoPE"] is rp
+    names = kt.kernel_names("norm")
+    assert len(names) == len(set(names)) == 40
+    assert "norm_r_rms_bfloat16_float32_w64" in names
+    assert kt.kernel_names("rope") == ["rope_g_float32_float32", "rope_g_float16_float16",
+                                       "rope_g_bfloat16_bfloat16"]
+    for fam in ("norm", "rope"):
+        src = kt.instantiation_source(fam)
+        assert src.count("\n") == len(kt.kernel_names(fam)) + 1
+
+
+def rms(x, o, w=True, eps=1e-5):
+    ins = (x,) + ((R((x.shape[-1],), o.dtype),) if w else ())
+    return Node("mlx_amd::RMSNorm", (eps, w), ins, (o,))
+
+
+def ln(x, o, w=True, b=True, eps=1e-5):
+    extra = tuple(R((x.shape[-1],), o.dtype) for f in (w, b) if f)
+    return Node("mlx_amd::LayerNorm", (eps, w, b), (x,) + extra, (o,))
+
+
+@pytest.mark.parametrize("dev,w", [(DEV32, 32), (DEV64, 64)])
+def test_rms_plan_geometry(dev, w):
+    x = R((4096, 4096), "bfloat16")
+    p = nm.plan_node(rms(x, x), dev)
+    (st,) = p.steps
+    # 4096 bf16 = 512 groups of 8, 4 groups per thread: 128 threads
+    assert st.kernel == f"norm_r_rms_bfloat16_bfloat16_w{w}" and st.grid == (4096, 1, 1)
+    assert st.block == (128, 1, 1) and st.n_ptrs == 4
+    assert [tuple(r) for r in st.refs] == [("i", 0, 0), ("i", 1, 0), ("i", 0, 0), ("o", 0, 0)]
+    rows, rs, n, flags, eps, _ = nm._ARGS.unpack(st.tail)
+    assert (rows, rs, n, flags) == (4096, 4096, 4096, 1) and eps == pytest.approx(1e-5)
+    # short rows: at least one wave; long rows: the looped kernel
+    assert nm.plan_node(rms(R((3, 8), "float32"), R((3, 8), "float32")), dev).steps[0].block == (w, 1, 1)
+    big = R((2, 100000), "float32")
+    st = nm.plan_node(rms(big, big, w=False), dev).steps[0]
+    assert st.kernel == f"norm_l_rms_float32_float32_w{w}" and st.block == (512, 1, 1)
+    assert [tuple(r) for r in st.refs] == [("i", 0, 0), ("i", 0, 0), ("i", 0, 0), ("o", 0, 0)]
+
+
+def test_layer_norm_refs_and_flags():
+    x, o = R((5, 64), "float16"), R((5, 64), "float32")
+    for w, b, refs, flags in [(True, True, (0, 1, 2), 3), (True, False, (0, 1, 0), 1),
+                              (False, True, (0, 0, 1), 2), (False, False, (0, 0, 0), 0)]:
+        oo = o if (w or b) else x
+        st = nm.plan_node(ln(x, oo, w, b), DEV32).steps[0]
+        assert st.kernel.startswith("norm_r_ln_float16_" + oo.dtype)
+        assert tuple(r.index for r in st.refs[:3]) == refs and nm._ARGS.unpack(st.tail)[3] == flags
+
+
+def test_norm_layouts():
+    # sliced rows (row stride > n), a broadcast batch dim collapses, 3-d
+    x = Layout.strided((6, 32), (48, 1), "float32")
+    assert nm._ARGS.unpack(nm.plan_node(rms(x, R((6, 32), "float32")), DEV32).steps[0].tail)[1] == 48
+    x = Layout.strided((2, 3, 32), (96, 32, 1), "float32")
+    assert nm._ARGS.unpack(nm.plan_node(rms(x, R((2, 3, 32), "float32")), DEV32).steps[0].tail)[:2] == (6, 32)
+    x = Layout.strided((1, 32), (0, 1), "float32")
+    assert nm._ARGS.unpack(nm.plan_node(rms(x, R((1, 32), "float32")), DEV32).steps[0].tail)[:2] == (1, 0)
+    # every row the same (broadcast): one stride of 0
+    x = Layout.strided((4, 32), (0, 1), "float32")
+    assert nm._ARGS.unpack(nm.plan_node(rms(x, R((4, 32), "float32")), DEV32).steps[0].tail)[1] == 0
+    # not covered: strided items, rows that do not collapse, float64, int x, bad weight
+    o = R((4, 32), "float32")
+    assert nm.plan_node(rms(Layout.strided((4, 32), (1, 4), "float32"), o), DEV32) is None
+    assert nm.plan_node(rms(Layout.strided((2, 2, 32), (200, 32, 1), "float32"), R((2, 2, 32), "float32")),
+                        DEV32) is None
+    assert nm.plan_node(rms(R((4, 32), "float64"), R((4, 32), "float64")), DEV32) is None
+    assert nm.plan_node(rms(R((4, 32), "int32"), R((4, 32), "float16")), DEV32) is None
+    bad = Node("mlx_amd::RMSNorm", (1e-5, True), (R((4, 32), "float32"), Layout.strided((32,), (2,), "float32")),
+               (o,))
+    assert nm.plan_node(bad, DEV32) is None
+    # empty: nothing to launch
+    assert nm.plan_node(rms(R((0, 32), "float32"), R((0, 32), "float32")), DEV32).steps == ()
+
+
+def rope_node(x, dims, trad=False, base=10000.0, scale=1.0, off=R((), "int32"), freqs=None):
+    ins = (x, off) + ((freqs,) if freqs is not None else ())
+    return Node("mlx_amd::RoPE", (dims, trad, 0.0 if freqs else base, scale, freqs is not None), ins,
+                (R(x.shape, x.dtype),))
+
+
+def unpack_rope(st):
+    v = rp._ARGS.unpack(st.tail)
+    keys = ["stride_b", "stride_n", "stride_l", "stride_d", "total", "n_heads", "seq", "d", "half", "items",
+            "offset_stride", "freqs_stride", "traditional", "has_freqs", "scale", "inv_freq_log", "pad"]
+    return dict(zip(keys, v))
+
+
+def test_rope_plans():
+    # (B, L, H, D) -> (B, H, L, D) transposed view
+    x = Layout.strided((2, 4, 6, 64), (6 * 4 * 64, 64, 4 * 64, 1), "bfloat16")
+    st = rp.plan_node(rope_node(x, 32, off=R((2,), "int32")), DEV32).steps[0]
+    a = unpack_rope(st)
+    assert st.kernel == "rope_g_bfloat16_bfloat16" and st.n_ptrs == 4
+    assert (a["stride_b"], a["stride_n"], a["stride_l"], a["stride_d"]) == (1536, 64, 256, 1)
+    assert (a["n_heads"], a["seq"], a["d"], a["half"], a["items"]) == (4, 6, 64, 16, 48)
+    assert a["total"] == 2 * 4 * 6 * 48 and a["offset_stride"] == 1
+    assert a["inv_freq_log"] == pytest.approx(math.log(10000.0) / 16, rel=1e-6)
+    assert [tuple(r) for r in st.refs] == [("i", 0, 0), ("i", 1, 0), ("i", 1, 0), ("o", 0, 0)]
+    # freqs, traditional, 5-d input collapses its middle dims, 3-d has N = 1
+    x5 = R((2, 3, 5, 7, 16), "float32")
+    st = rp.plan_node(rope_node(x5, 16, trad=True, freqs=R((8,), "float32")), DEV32).steps[0]
+    a = unpack_rope(st)
+    assert (a["n_heads"], a["stride_n"], a["traditional"], a["has_freqs"], a["freqs_stride"]) == (15, 112, 1, 1, 1)
+    assert [r.index for r in st.refs] == [0, 1, 2, 0]
+    a = unpack_rope(rp.plan_node(rope_node(R((3, 5, 8), "float16"), 8), DEV32).steps[0])
+    assert (a["n_heads"], a["stride_n"], a["seq"], a["offset_stride"]) == (1, 0, 5, 0)
+    # not covered: float64, a wrong-sized offset, middle dims that do not collapse
+    assert rp.plan_node(rope_node(R((2, 3, 8), "float64"), 8), DEV32) is None
+    assert rp.plan_node(rope_node(R((2, 3, 8), "float32"), 8, off=R((3,), "int32")), DEV32) is None
+    xs = Layout.strided((2, 3, 4, 5, 8), (1000, 300, 40, 8, 1), "float32")
+    assert rp.plan_node(rope_node(xs, 8), DEV32) is None
+    assert rp.plan_node(rope_node(R((0, 3, 8), "float32"), 8), DEV32).steps == ()
+
+
+def test_inv_freq_log_is_float32_math():
+    v = rp.inv_freq_log(10000.0, 64)
+    assert v == rp.f32(v) and v == rp.f32(rp.f32(math.log(10000.0)) / 64)
+
+
+# ---------------------------------------------------------------- the C structs
+_PROBE = r"""
+#include <cstddef>
+#include <cstdio>
+#include "mlxa/norm_args.h"
+#include "mlxa/rope_args.h"
+#define F(S, f) std::printf(#S "." #f " %zu\n", offsetof(S, f));
+int main() {
+  std::printf("NormArgs.sizeof %zu\n", sizeof(NormArgs));
+  std::printf("RopeArgs.sizeof %zu\n", sizeof(RopeArgs));
+  F(NormArgs, x) F(NormArgs, w) F(NormArgs, b) F(NormArgs, out) F(NormArgs, rows)
+  F(NormArgs, row_stride) F(NormArgs, n) F(NormArgs, flags) F(NormArgs, eps) F(NormArgs, pad)
+  F(RopeArgs, x) F(RopeArgs, offset) F(RopeArgs, freqs) F(RopeArgs, out) F(RopeArgs, stride_b)
+  F(RopeArgs, stride_n) F(RopeArgs, stride_l) F(RopeArgs, stride_d) F(RopeArgs, total)
+  F(RopeArgs, n_heads) F(RopeArgs, seq) F(RopeArgs, d) F(RopeArgs, half) F(RopeArgs, items)
+  F(RopeArgs, offset_stride) F(RopeArgs, freqs_stride) F(RopeArgs, traditional)
+  F(RopeArgs, has_freqs) F(RopeArgs, scale) F(RopeArgs, inv_freq_log) F(RopeArgs, pad)
+}
+"""
+
+
+def test_args_match_c(tmp_path):
+    out = probe_output(_PROBE, tmp_path)
+    c = {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+    assert c["NormArgs.sizeof"] == nm.ARG_SIZE == 64
+    assert c["RopeArgs.sizeof"] == rp.ARG_SIZE == 120
+    for f, off in nm.ARG_FIELDS.items():
+        assert c["NormArgs." + f] == off, f
+    for f, off in rp.ARG_FIELDS.items():
+        assert c["RopeArgs." + f] == off, f
+    blob = struct.pack("<QQQQ", 1, 2, 3, 4) + nm.pack_args(7, 9, 11, 3, 0.5)
+    assert len(blob) == nm.ARG_SIZE
+    assert struct.unpack_from("<qqiif", blob, 32) == (7, 9, 11, 3, 0.5)

@@ -1,0 +1,70 @@
+"""mx.fast.rope on the GPU (our mlx_amd::RoPE node, the rope family) against plain MLX's own
+mx.fast.rope on the CPU.
+
+Tolerance: MLX's CPU exp, sin and cos are its own approximations; the GPU's differ by an ulp
+or so, and the angle (position x frequency) carries that into the result: float32 is
+compared at 1e-4 absolute for the small positions used here, the 16-bit types at their
+default tolerance (cos and sin are rounded to them, as in MLX)."""
+
+import mlx.core as mx
+import pytest
+
+import oracle
+
+pytestmark = pytest.mark.gpu
+
+P = ("mlx_amd::RoPE",)
+TOL = {"float32": dict(rtol=1e-4, atol=1e-4), "float16": {}, "bfloat16": {}}
+
+
+def rnd(shape, dtype, seed=0):
+    return mx.random.normal(shape, key=mx.random.key(seed)).astype(getattr(mx, dtype))
+
+
+def rope(x, dims, trad=False, base=10000.0, scale=1.0, offset=0, freqs=None):
+    return mx.fast.rope(x, dims, traditional=trad, base=base, scale=scale, offset=offset, freqs=freqs)
+
+
+@pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("trad", [False, True])
+@pytest.mark.parametrize("dims", [64, 32, 6])
+def test_rope(gpu_runtime, dt, trad, dims):
+    x = rnd((2, 3, 7, 64), dt, 1)
+    for off in (0, 5):
+        oracle.check_gpu(lambda x: rope(x, dims, trad, 10000.0, 1.0, off), x, prims=P,
+                         what=f"{dt} trad={trad} dims={dims} off={off}", **TOL[dt])
+    oracle.check_gpu(lambda x, o: rope(x, dims, trad, 500.0, 0.5, o), x, mx.array([3, 11], dtype=mx.int32),
+                     prims=P, what="per-batch offset", **TOL[dt])
+    oracle.check_gpu(lambda x, o: rope(x, dims, trad, 10000.0, 2.0, o), x, mx.array(4), prims=P,
+                     what="0-d offset", **TOL[dt])
+    freqs = mx.exp(mx.linspace(0.0, 4.0, dims // 2))
+    oracle.check_gpu(lambda x, f: rope(x, dims, trad, None, 1.0, 2, f), x, freqs, prims=P, what="freqs",
+                     **TOL[dt])
+
+
+@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
+def test_rope_layouts(gpu_runtime, dt):
+    # the usual mlx-lm layout: (B, L, H, D) -> (B, H, L, D) transposed view
+    x = rnd((2, 9, 4, 32), dt, 2)
+    oracle.check_gpu(lambda x: rope(x.transpose(0, 2, 1, 3), 32, False, 10000.0, 1.0, 3), x, prims=P,
+                     **TOL[dt])
+    oracle.check_gpu(lambda x: rope(x.transpose(0, 2, 1, 3), 16, True, 10000.0, 1.0, 3), x, prims=P, **TOL[dt])
+    # 3-d, 5-d, a slice along D (strided items), one token (decode)
+    oracle.check_gpu(lambda x: rope(x, 16, False, 10000.0, 1.0, 1), rnd((3, 5, 16), dt, 3), prims=P, **TOL[dt])
+    oracle.check_gpu(lambda x: rope(x, 16, False, 10000.0, 1.0, 1), rnd((2, 2, 3, 4, 16), dt, 4), prims=P,
+                     **TOL[dt])
+    oracle.check_gpu(lambda x: rope(x[..., ::2], 8, False, 10000.0, 1.0, 1), rnd((2, 2, 3, 32), dt, 5),
+                     prims=P, **TOL[dt])
+    oracle.check_gpu(lambda x: rope(x, 32, False, 10000.0, 1.0, 17), rnd((1, 8, 1, 32), dt, 6), prims=P,
+                     **TOL[dt])
+
+
+def test_rope_nn_and_grad(gpu_runtime):
+    import mlx.nn as nn
+
+    x = rnd((1, 4, 6, 32), "float32", 7)
+    oracle.check_gpu(lambda x: nn.RoPE(32)(x), x, prims=P, **TOL["float32"])
+    oracle.check_gpu(lambda x: nn.RoPE(16, traditional=True, base=100.0)(x, offset=3), x, prims=P,
+                     **TOL["float32"])
+    oracle.check_gpu(lambda x: mx.grad(lambda x: (rope(x, 32) ** 2).sum())(x), x, **TOL["float32"])
+    oracle.check_gpu(lambda x: rope(x, 32), mx.zeros((0, 2, 3, 32)))
