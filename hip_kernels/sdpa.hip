@@ -1,0 +1,401 @@
+// SDPA family: scaled dot-product attention (the mlx_amd::SDPA primitive).
+//
+// decode   (few query rows, the LLM token step; memory-bound): one block per (split of
+//          the keys x chunk of 4 query rows, kv head, batch). Every query head of a GQA/MQA
+//          group is computed from one read of K and V. Lanes form groups of LG <= 32
+//          lanes, one key per group at a time: a lane holds NV 16-byte vectors of q (R
+//          rows, pre-scaled by scale*log2 e), of the key and of the value, so the value
+//          accumulators need no reduction across lanes until the end. Online softmax in
+//          float32 with exp2. Partials (acc, max, sum) per split go to a float32
+//          temporary and sdpa_combine finishes; a single split writes the output itself.
+// rows     (prefill): the softmax of a chunk of scores computed by the vendor GEMM, in
+//          place, one block per row, with the causal cut, the mask and the sinks.
+// scatter  (prefill): a chunk's (.., c, G, Dv) output into (B, Hq, Lq, Dv).
+//
+// Semantics follow MLX's decomposition (mlx/fast.cpp): a false boolean mask (and the
+// causal cut) sets the score to the lowest finite value (so a row with nothing visible
+// averages every value uniformly), an additive mask is added, a sink is one more logit
+// of the softmax whose probability is dropped; a row of -inf scores gives NaN.
+//
+// Lane groups are at most 32 lanes wide and shuffle with an explicit width (LG or 32),
+// which divides both hardware wave widths: the decode kernels do not depend on the
+// wave width. The rows kernel reduces over the block and takes W (mlxa/wave.h).
+#include "mlxa/platform.h"
+#include "mlxa/types.h"
+#include "mlxa/wave.h"
+#include "mlxa/sdpa_args.h"
+
+namespace mlxa::sdpa {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kMaskedLogit = -3.402823466e38f;   // -FLT_MAX: "masked", still finite
+using vec16 = Vec<uint32_t, 4>;                     // the scatter's 16-byte element
+
+MLXA_DEVICE float neg_inf() { return uint_as_float(0xff800000u); }
+
+template <typename T>
+MLXA_DEVICE float load_f(const void* p, int64_t i) { return (float)widen(((const T*)p)[i]); }
+
+// The log2-domain logit after the mask: s2 is score * log2(e).
+template <typename T>
+MLXA_DEVICE float masked_logit(float s2, int kind, const void* mask, int64_t off) {
+  if (kind == MLXA_SDPA_MASK_BOOL) return ((const uint8_t*)mask)[off] ? s2 : kMaskedLogit;
+  if (kind == MLXA_SDPA_MASK_ADD_T) return s2 + load_f<T>(mask, off) * kLog2e;
+  if (kind == MLXA_SDPA_MASK_ADD_F32) return s2 + ((const float*)mask)[off] * kLog2e;
+  return s2;
+}
+
+template <typename T>
+MLXA_DEVICE float sink_logit(int kind, const void* sinks, int64_t off) {
+  if (kind == MLXA_SDPA_SINK_T) return load_f<T>(sinks, off) * kLog2e;
+  return ((const float*)sinks)[off] * kLog2e;
+}
+
+// exp2(a - b) for a rescale from max a to max b >= a: 1 when equal (also -inf == -inf).
+MLXA_DEVICE float rescale(float a, float b) { return a == b ? 1.0f : exp2f(a - b); }
+
+template <typename T, int N>
+MLXA_DEVICE void load_vec(const T* p, bool aligned, Vec<T, N>& out) {
+  if (aligned) {
+    out = *(const Vec<T, N>*)p;
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) out.v[i] = p[i];
+  }
+}
+
+constexpr int next_pow2(int x) { return x <= 1 ? 1 : 2 * next_pow2((x + 1) / 2); }
+
+// Compile-time shape of the decode kernel for element type T, head dim D, R rows.
+template <typename T, int D, int R>
+struct Cfg {
+  static constexpr int VEC = 16 / (int)sizeof(T);            // elements per 16-byte vector
+  static constexpr int NVEC = D / VEC;                        // vectors per key row
+  static constexpr int EPL = 8;                               // elements per lane (target)
+  static constexpr int NV = EPL / VEC > 0 ? EPL / VEC : 1;    // vectors per lane
+  static constexpr int LG = next_pow2((NVEC + NV - 1) / NV);  // lanes per key
+  static constexpr bool kFull = LG * NV == NVEC;              // every lane vector is real
+  static_assert(D % VEC == 0, "head dim must fill 16-byte vectors");
+  static_assert(LG <= 32, "a key's lane group must fit in 32 lanes");
+};
+
+constexpr int kDecodeBlock = 256;
+
+template <typename T, int D, int R>
+MLXA_DEVICE void decode(const SdpaDecodeArgs& a) {
+  using C = Cfg<T, D, R>;
+  constexpr int VEC = C::VEC, NV = C::NV, LG = C::LG;
+  constexpr int NG = kDecodeBlock / LG;        // lane groups per block
+  constexpr int NSUB = kDecodeBlock / 32;      // 32-lane subgroups per block
+  __shared__ float sm_m[R][NG];
+  __shared__ float sm_buf[NSUB][D];
+  __shared__ float sm_l[NSUB];
+
+  const int tid = (int)threadIdx.x;
+  const int group = tid / LG, lane = tid % LG;
+  const int G = a.Hq / a.Hkv;
+  const int n_rows = G * a.Lq;                 // query rows of this kv head
+  // row chunks of one split are neighbours in launch order: they share K/V through L2
+  const int chunks = (n_rows + R - 1) / R;
+  const int split = (int)blockIdx.x / chunks;
+  const int row0 = ((int)blockIdx.x % chunks) * R;
+  const int kvh = (int)blockIdx.y;
+  const int b = (int)blockIdx.z;
+  const int rows_here = n_rows - row0 < R ? n_rows - row0 : R;
+
+  // q rows, pre-scaled into the log2 domain; mask row offsets; causal limits
+  float q[R][NV][VEC];
+  int64_t mrow[R];
+  int limit[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int idx = row0 + (r < rows_here ? r : 0);
+    const int g = idx / a.Lq, l = idx % a.Lq, h = kvh * G + g;
+    const int64_t qoff = b * a.q_strides[0] + h * a.q_strides[1] + l * a.q_strides[2];
+    mrow[r] = b * a.mask_strides[0] + h * a.mask_strides[1] + l * a.mask_strides[2];
+    limit[r] = a.causal ? l + a.Lk - a.Lq : a.Lk;
+#pragma unroll
+    for (int v = 0; v < NV; ++v)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const int e = (lane + v * LG) * VEC + i;
+        q[r][v][i] = e < D ? load_f<T>(a.q, qoff + e * a.q_strides[3]) * a.scale_log2 : 0.0f;
+      }
+  }
+
+  const T* kbase = (const T*)a.k + b * a.k_strides[0] + kvh * a.k_strides[1];
+  const T* vbase = (const T*)a.v + b * a.v_strides[0] + kvh * a.v_strides[1];
+  const bool aligned = (((uintptr_t)kbase | (uintptr_t)vbase) & 15u) == 0;
+  const int64_t ks = a.k_strides[2], vs = a.v_strides[2];
+  const int k0 = split * a.keys_per_split;
+  const int k1 = k0 + a.keys_per_split < a.Lk ? k0 + a.keys_per_split : a.Lk;
+
+  float m[R], lsum[R], acc[R][NV][VEC];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    m[r] = neg_inf();
+    lsum[r] = 0.0f;
+#pragma unroll
+    for (int v = 0; v < NV; ++v)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) acc[r][v][i] = 0.0f;
+  }
+
+  auto load_kv = [&](int j, Vec<T, VEC>* kv, Vec<T, VEC>* vv) {
+#pragma unroll
+    for (int v = 0; v < NV; ++v) {
+      const int vi = lane + v * LG;
+      if (j < k1 && (C::kFull || vi < C::NVEC)) {
+        load_vec<T, VEC>(kbase + j * ks + vi * VEC, aligned, kv[v]);
+        load_vec<T, VEC>(vbase + j * vs + vi * VEC, aligned, vv[v]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) kv[v].v[i] = vv[v].v[i] = cast<T>(0.0f);
+      }
+    }
+  };
+
+  Vec<T, VEC> kc[NV], vc[NV];
+  load_kv(k0 + group, kc, vc);
+  // every lane runs the same number of iterations: the shuffles below need the whole wave
+  for (int base = k0; base < k1; base += NG) {
+    const int j = base + group;
+    Vec<T, VEC> kn[NV], vn[NV];
+    load_kv(j + NG, kn, vn);                 // the next key, in flight during this one
+    float kf[NV][VEC], vf[NV][VEC];
+#pragma unroll
+    for (int v = 0; v < NV; ++v)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        kf[v][i] = (float)widen(kc[v].v[i]);
+        vf[v][i] = (float)widen(vc[v].v[i]);
+      }
+    float s[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float d = 0.0f;
+#pragma unroll
+      for (int v = 0; v < NV; ++v)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) d = fmaf(q[r][v][i], kf[v][i], d);
+      s[r] = d;
+    }
+#pragma unroll
+    for (int o = LG / 2; o > 0; o >>= 1)
+#pragma unroll
+      for (int r = 0; r < R; ++r) s[r] += shfl_xor(s[r], o, LG);
+    if (j < k1) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r >= rows_here) break;
+        float x = masked_logit<T>(s[r], a.mask_kind, a.mask, mrow[r] + j * a.mask_strides[3]);
+        if (j > limit[r]) x = kMaskedLogit;
+        const float mn = fmaxf(m[r], x);
+        const float al = rescale(m[r], mn);
+        const float p = x == neg_inf() ? 0.0f : exp2f(x - mn);
+        m[r] = mn;
+        lsum[r] = lsum[r] * al + p;
+#pragma unroll
+        for (int v = 0; v < NV; ++v)
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) acc[r][v][i] = fmaf(p, vf[v][i], acc[r][v][i] * al);
+      }
+    }
+#pragma unroll
+    for (int v = 0; v < NV; ++v) {
+      kc[v] = kn[v];
+      vc[v] = vn[v];
+    }
+  }
+
+  // ---- combine the lane groups of the block
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) sm_m[r][group] = m[r];
+  }
+  sync_block();
+  const int sub = tid / 32, sl = tid % 32;
+  const int rows_total = a.B * a.Hq * a.Lq;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r >= rows_here) break;
+    float M = neg_inf();
+    for (int gi = 0; gi < NG; ++gi) M = fmaxf(M, sm_m[r][gi]);
+    const float f = rescale(m[r], M);
+    float ls = lsum[r] * f;
+    float x[NV][VEC];
+#pragma unroll
+    for (int v = 0; v < NV; ++v)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) x[v][i] = acc[r][v][i] * f;
+    // the groups of one 32-lane subgroup, then the subgroups through shared memory
+#pragma unroll
+    for (int o = LG; o < 32; o <<= 1) {
+      ls += shfl_xor(ls, o, 32);
+#pragma unroll
+      for (int v = 0; v < NV; ++v)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) x[v][i] += shfl_xor(x[v][i], o, 32);
+    }
+    if (sl < LG) {
+#pragma unroll
+      for (int v = 0; v < NV; ++v)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const int e = (sl + v * LG) * VEC + i;
+          if (e < D) sm_buf[sub][e] = x[v][i];
+        }
+      if (sl == 0) sm_l[sub] = ls;
+    }
+    sync_block();
+    const int idx = row0 + r;
+    const int g = idx / a.Lq, l = idx % a.Lq, h = kvh * G + g;
+    const int64_t orow = ((int64_t)b * a.Hq + h) * a.Lq + l;
+    float L = 0.0f;
+#pragma unroll
+    for (int si = 0; si < NSUB; ++si) L += sm_l[si];
+    for (int e = tid; e < D; e += kDecodeBlock) {
+      float o = 0.0f;
+#pragma unroll
+      for (int si = 0; si < NSUB; ++si) o += sm_buf[si][e];
+      if (a.n_splits > 1) {
+        a.part_o[((int64_t)split * rows_total + orow) * D + e] = o;
+      } else {
+        float Lf = L;
+        if (a.sink_kind != MLXA_SDPA_SINK_NONE) {
+          const float sk = sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride);
+          const float mn = fmaxf(M, sk);
+          const float fo = rescale(M, mn);
+          o *= fo;
+          Lf = L * fo + rescale(sk, mn);
+        }
+        ((T*)a.out)[orow * D + e] = cast<T>(o / Lf);
+      }
+    }
+    if (a.n_splits > 1 && tid == 0) {
+      a.part_ml[((int64_t)split * rows_total + orow) * 2] = M;
+      a.part_ml[((int64_t)split * rows_total + orow) * 2 + 1] = L;
+    }
+    sync_block();   // the buffers are reused by the next row
+  }
+}
+
+// One block per output row (b, h, l); threads over Dv.
+template <typename T>
+MLXA_DEVICE void combine(const SdpaCombineArgs& a) {
+  const int64_t row = (int64_t)blockIdx.x;
+  const int h = (int)((row / a.Lq) % a.Hq);
+  float M = neg_inf();
+  float sk = neg_inf();
+  if (a.sink_kind != MLXA_SDPA_SINK_NONE) {
+    sk = sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride);
+    M = sk;
+  }
+  for (int s = 0; s < a.n_splits; ++s) M = fmaxf(M, a.part_ml[((int64_t)s * a.rows + row) * 2]);
+  float L = a.sink_kind != MLXA_SDPA_SINK_NONE ? rescale(sk, M) : 0.0f;
+  for (int s = 0; s < a.n_splits; ++s) {
+    const float* ml = a.part_ml + ((int64_t)s * a.rows + row) * 2;
+    L += ml[1] * rescale(ml[0], M);
+  }
+  const float inv = 1.0f / L;
+  for (int e = (int)threadIdx.x; e < a.Dv; e += (int)blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < a.n_splits; ++s) {
+      const float w = rescale(a.part_ml[((int64_t)s * a.rows + row) * 2], M);
+      o = fmaf(a.part_o[((int64_t)s * a.rows + row) * a.Dv + e], w, o);
+    }
+    ((T*)a.out)[row * a.Dv + e] = cast<T>(o * inv);
+  }
+}
+
+struct MaxOp {
+  MLXA_DEVICE float operator()(float x, float y) const { return fmaxf(x, y); }
+};
+struct SumOp {
+  MLXA_DEVICE float operator()(float x, float y) const { return x + y; }
+};
+
+template <typename T>
+MLXA_DEVICE float row_logit(const SdpaRowsArgs& a, const T* s, int j, int64_t moff, int limit) {
+  if (j > limit) return kMaskedLogit;
+  const float x = (float)widen(s[j]) * kLog2e;
+  return masked_logit<T>(x, a.mask_kind, a.mask, moff + j * a.mask_strides[3]);
+}
+
+template <typename T, int W>
+MLXA_DEVICE void rows(const SdpaRowsArgs& a) {
+  __shared__ float scratch[32];
+  const int64_t r = (int64_t)blockIdx.x;
+  const int g = (int)(r % a.G);
+  const int64_t t = r / a.G;
+  const int li = (int)(t % a.c);
+  const int64_t bh = t / a.c;
+  const int kvh = (int)(bh % a.Hkv);
+  const int64_t b = bh / a.Hkv;
+  const int l = a.l0 + li, h = kvh * a.G + g;
+  T* s = (T*)a.s + r * a.ld;
+  const int64_t moff = b * a.mask_strides[0] + h * a.mask_strides[1] + l * a.mask_strides[2];
+  const int limit = a.causal ? l + a.Lk - a.Lq : a.n;
+  const int n = a.n;
+  float m = neg_inf(), sum = 0.0f;
+  for (int j = (int)threadIdx.x; j < n; j += (int)blockDim.x) {
+    const float x = row_logit<T>(a, s, j, moff, limit);
+    const float mn = fmaxf(m, x);
+    sum = sum * rescale(m, mn) + (x == neg_inf() ? 0.0f : exp2f(x - mn));
+    m = mn;
+  }
+  float M = block_reduce<W>(m, MaxOp{}, scratch);
+  if (a.sink_kind != MLXA_SDPA_SINK_NONE) {
+    const float sk = sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride);
+    const float mn = fmaxf(M, sk);
+    float S = block_reduce<W>(sum * rescale(m, mn), SumOp{}, scratch);
+    S += rescale(sk, mn);
+    M = mn;
+    const float inv = 1.0f / S;
+    for (int j = (int)threadIdx.x; j < n; j += (int)blockDim.x) {
+      const float x = row_logit<T>(a, s, j, moff, limit);
+      s[j] = cast<T>((x == neg_inf() ? 0.0f : exp2f(x - M)) * inv);
+    }
+    return;
+  }
+  const float S = block_reduce<W>(sum * rescale(m, M), SumOp{}, scratch);
+  const float inv = 1.0f / S;
+  for (int j = (int)threadIdx.x; j < n; j += (int)blockDim.x) {
+    const float x = row_logit<T>(a, s, j, moff, limit);
+    // a row of -inf: M = -inf, S = 0 -> NaN, as MLX's softmax gives
+    s[j] = cast<T>(exp2f(x - M) * inv);
+  }
+}
+
+// Element (row (bh, li, g), d) of the chunk goes to out row (bh*G + g)*Lq + l0 + li.
+template <typename U>
+MLXA_DEVICE void scatter(const SdpaScatterArgs& a) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.total; i += stride) {
+    const int d = (int)(i % a.Dv);
+    const int64_t rr = i / a.Dv;
+    const int g = (int)(rr % a.G);
+    const int64_t t = rr / a.G;
+    const int li = (int)(t % a.c);
+    const int64_t bh = t / a.c;
+    const int64_t orow = (bh * a.G + g) * a.Lq + a.l0 + li;
+    ((U*)a.dst)[orow * a.Dv + d] = ((const U*)a.src)[i];
+  }
+}
+
+}  // namespace mlxa::sdpa
+
+#define MLXA_SDPA_DECODE(name, T, D, R)                                                   \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(SdpaDecodeArgs a) {                      \
+    mlxa::sdpa::decode<T, D, R>(a);                                                        \
+  }
+#define MLXA_SDPA_COMBINE(name, T)                                                        \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(SdpaCombineArgs a) { mlxa::sdpa::combine<T>(a); }
+#define MLXA_SDPA_ROWS(name, T, W)                                                        \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(512) name(SdpaRowsArgs a) {                          \
+    MLXA_WAVE_KERNEL_BODY(W, (mlxa::sdpa::rows<T, W>(a)))                                  \
+  }
+#define MLXA_SDPA_SCATTER(name, U)                                                        \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(SdpaScatterArgs a) { mlxa::sdpa::scatter<U>(a); }
+
+#include "sdpa.inc"

@@ -1,0 +1,403 @@
+"""SDPA launcher: the mlx_amd::SDPA primitive (mx.fast.scaled_dot_product_attention while
+mlx-amd is enabled; hip_kernels/sdpa.hip).
+
+Inputs (q, k, v, [mask], [sinks]): q (B, Hq, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv),
+params (scale, mask_mode in {"", "causal", "array"}, has_sinks). Output (B, Hq, Lq, Dv)
+row-contiguous in q's dtype. Semantics are MLX's decomposition (mlx/fast.cpp): causal
+lets query i see keys j <= i + Lk - Lq; a false boolean mask (and the causal cut) puts
+the lowest finite score there, so a row that sees nothing averages V uniformly; an
+additive mask is added to the scaled scores; a sink is one more logit per query head.
+
+Two paths:
+* decode (Lq <= 8, D == Dv in HEAD_DIMS, K/V rows in 16-byte vectors): our kernel, one
+  read of K and V for all query heads of a group, split over the keys so that the GPU is
+  full (splits from Lk and the device's CU count), a small combine kernel after. K/V
+  are read through their strides (a KV cache is a slice of a larger buffer).
+* prefill (anything else with a float16/bfloat16/float32 dtype): the queries in chunks
+  (temporary scores bounded by CHUNK_BYTES); per chunk S = scale Q K^T through the
+  matmul family (vendor GEMM; the query heads of a GQA group fold into the rows of one
+  GEMM against their shared K, from a copy of q in (B, Hkv, Lq, G, D) order), our row
+  softmax in place (float32, mask, causal, sinks; P in the input dtype, as MLX's
+  decomposition rounds it), O = P V through the matmul family, and our scatter into the
+  output. With causal, a chunk's GEMMs stop at its last visible key.
+
+Not covered (MLX's CPU fallback): other dtypes (float64 is refused by MLX's own GPU
+backends too), masks of another dtype, more than 4 mask dims, shapes beyond the 32-bit
+grid/index limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import struct
+
+from .. import kernel_table as kt
+from ..launch import Launch
+from ..plan import HostCall, Layout, Memset, Node, Plan, Ref, inp, out, tmp, wave_width
+from . import copy as copy_family
+from . import matmul as matmul_family
+
+FAMILY = "sdpa"
+PRIMITIVES = {"mlx_amd::SDPA": "sdpa"}
+
+DTYPES = ("float16", "bfloat16", "float32")
+ITEM = {"float16": 2, "bfloat16": 2, "float32": 4}
+HEAD_DIMS = (64, 80, 96, 128, 256)
+DECODE_MAX_LQ = 8
+DECODE_ROWS = 4            # query rows per decode block (the kernels' R)
+DECODE_BLOCK = 256         # mlxa::sdpa::kDecodeBlock
+DECODE_BLOCKS_PER_CU = 4   # splits fill about this many blocks per CU
+DECODE_MIN_KEYS = 128      # keys per split at least (below: the combine costs more)
+DECODE_MAX_SPLITS = 1024
+ROWS_BLOCK = 256
+SCATTER_BLOCK = 256
+CHUNK_BYTES = 256 << 20    # the prefill's score chunk
+CAUSAL_CHUNK = 512         # causal prefill: query rows per chunk at most (skips the upper triangle)
+CAUSAL_MIN_CHUNK = 128
+GRID_YZ = 65535
+INT32 = (1 << 31) - 1
+
+MASK_NONE, MASK_BOOL, MASK_ADD_T, MASK_ADD_F32 = 0, 1, 2, 3
+SINK_NONE, SINK_T, SINK_F32 = 0, 1, 2
+
+# ---- argument structs (sdpa_args.h) -----------------------------------------------
+_DECODE = struct.Struct("<4q3q3q4qq10if i".replace(" ", ""))   # after the 8 pointers
+_COMBINE = struct.Struct("<q6i")                                 # after the 4 pointers
+_ROWS = struct.Struct("<q4qqq10i")                               # after the 3 pointers
+_SCATTER = struct.Struct("<q6i")                                 # after the 2 pointers
+ARG_SIZES = {"SdpaDecodeArgs": 64 + _DECODE.size, "SdpaCombineArgs": 32 + _COMBINE.size,
+             "SdpaRowsArgs": 24 + _ROWS.size, "SdpaScatterArgs": 16 + _SCATTER.size}
+
+
+def decode_tail(q_strides, k_strides, v_strides, mask_strides, sink_stride, B, Hq, Hkv, Lq, Lk,
+                keys_per_split, n_splits, mask_kind, sink_kind, causal, scale_log2) -> bytes:
+    return _DECODE.pack(*q_strides, *k_strides, *v_strides, *mask_strides, sink_stride, B, Hq, Hkv,
+                        Lq, Lk, keys_per_split, n_splits, mask_kind, sink_kind, int(causal),
+                        scale_log2, 0)
+
+
+def combine_tail(sink_stride, rows, n_splits, dv, Hq, Lq, sink_kind) -> bytes:
+    return _COMBINE.pack(sink_stride, rows, n_splits, dv, Hq, Lq, sink_kind)
+
+
+def rows_tail(ld, mask_strides, sink_stride, rows, n, G, c, Hkv, l0, Lq, Lk, mask_kind, sink_kind,
+              causal) -> bytes:
+    return _ROWS.pack(ld, *mask_strides, sink_stride, rows, n, G, c, Hkv, l0, Lq, Lk, mask_kind,
+                      sink_kind, int(causal))
+
+
+def scatter_tail(total, c, G, dv, Lq, l0) -> bytes:
+    return _SCATTER.pack(total, c, G, dv, Lq, l0, 0)
+
+
+# ---- checking the node ------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    dt: str
+    B: int
+    Hq: int
+    Hkv: int
+    Lq: int
+    Lk: int
+    D: int
+    Dv: int
+    scale: float
+    causal: bool
+    mask_kind: int
+    mask_strides: tuple     # (b, h, l, j)
+    sink_kind: int
+    sink_stride: int
+    mask_index: int         # input index of the mask (-1: none)
+    sink_index: int
+
+    @property
+    def G(self) -> int:
+        return self.Hq // self.Hkv
+
+
+def _mask_strides(m: Layout, B, Hq, Lq, Lk):
+    """(b, h, l, j) strides of a mask broadcastable to (B, Hq, Lq, Lk), or None."""
+    if m.ndim > 4:
+        return None
+    shape = (1,) * (4 - m.ndim) + tuple(m.shape)
+    strides = (0,) * (4 - m.ndim) + tuple(m.strides)
+    res = []
+    for d, s, full in zip(shape, strides, (B, Hq, Lq, Lk)):
+        if d == full:
+            res.append(s if full > 1 else 0)
+        elif d == 1:
+            res.append(0)
+        else:
+            return None
+    return tuple(res)
+
+
+def problem(node) -> Problem | None:
+    if node.prim not in PRIMITIVES or len(node.outs) != 1 or len(node.params) != 3:
+        return None
+    scale, mode, has_sinks = node.params
+    if mode not in ("", "causal", "array"):
+        return None
+    n_in = 3 + (mode == "array") + bool(has_sinks)
+    if len(node.ins) != n_in:
+        return None
+    q, k, v = node.ins[:3]
+    o = node.out
+    dt = q.dtype
+    if dt not in DTYPES or k.dtype != dt or v.dtype != dt or o.dtype != dt:
+        return None
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        return None
+    B, Hq, Lq, D = q.shape
+    _, Hkv, Lk, Dk = k.shape
+    Dv = v.shape[3]
+    if k.shape[0] != B or v.shape[:3] != (B, Hkv, Lk) or Dk != D or Hkv == 0 or Hq % Hkv:
+        return None
+    if o.shape != (B, Hq, Lq, Dv):
+        return None
+    if max(B, Hq, Lq, Lk, D, Dv) > INT32 or B * Hq * Lq > INT32:
+        return None
+    mask_kind, mstr, mi = MASK_NONE, (0, 0, 0, 0), -1
+    if mode == "array":
+        m = node.ins[3]
+        mi = 3
+        if m.dtype == "bool":
+            mask_kind = MASK_BOOL
+        elif m.dtype == dt:
+            mask_kind = MASK_ADD_T
+        elif m.dtype == "float32":
+            mask_kind = MASK_ADD_F32
+        else:
+            return None
+        mstr = _mask_strides(m, B, Hq, Lq, Lk)
+        if mstr is None:
+            return None
+    sink_kind, sstr, si = SINK_NONE, 0, -1
+    if has_sinks:
+        s = node.ins[-1]
+        si = len(node.ins) - 1
+        if s.shape not in ((Hq,),) and not (s.ndim == 1 and s.shape[0] == 1 and Hq == 1):
+            return None
+        if s.dtype == dt:
+            sink_kind = SINK_T
+        elif s.dtype == "float32":
+            sink_kind = SINK_F32
+        else:
+            return None
+        sstr = s.strides[0] if Hq > 1 else 0
+    return Problem(dt, B, Hq, Hkv, Lq, Lk, D, Dv, float(scale), mode == "causal", mask_kind, mstr,
+                   sink_kind, sstr, mi, si)
+
+
+# ---- decode -------------------------------------------------------------------------------
+
+def _vec_ok(x: Layout, itemsize: int) -> bool:
+    """K/V rows in whole 16-byte vectors: unit last stride, other strides in vectors."""
+    vec = 16 // itemsize
+    b, h, s, d = x.strides
+    if x.shape[3] > 1 and d != 1:
+        return False
+    return all(st % vec == 0 for st, n in zip((b, h, s), x.shape[:3]) if n > 1)
+
+
+def decode_splits(p: Problem, device) -> tuple:
+    """(n_splits, keys per split): enough blocks to fill the device, few enough keys
+    per split left for the kernel to stream."""
+    chunks = -(-(p.G * p.Lq) // DECODE_ROWS)
+    base = p.B * p.Hkv * chunks
+    target = max(1, int(device.compute_units)) * DECODE_BLOCKS_PER_CU
+    splits = max(1, min(-(-target // base), p.Lk // DECODE_MIN_KEYS, DECODE_MAX_SPLITS))
+    kps = -(-p.Lk // splits)
+    return -(-p.Lk // kps), kps
+
+
+def plan_decode(node, p: Problem, device) -> Plan | None:
+    q, k, v = node.ins[:3]
+    isz = ITEM[p.dt]
+    if p.Lq > DECODE_MAX_LQ or p.D != p.Dv or p.D not in HEAD_DIMS:
+        return None
+    if not (_vec_ok(k, isz) and _vec_ok(v, isz)):
+        return None
+    chunks = -(-(p.G * p.Lq) // DECODE_ROWS)
+    splits, kps = decode_splits(p, device)
+    if p.Hkv > GRID_YZ or p.B > GRID_YZ or splits * chunks > INT32:
+        return None
+    rows = p.B * p.Hq * p.Lq
+    t = kt.table(FAMILY)
+    name = t.decode(p.dt, p.D, DECODE_ROWS)
+    mask_ref = inp(p.mask_index) if p.mask_index >= 0 else inp(0)
+    sink_ref = inp(p.sink_index) if p.sink_index >= 0 else inp(0)
+    temps, steps = (), []
+    if splits > 1:
+        temps = (splits * rows * p.D * 4, splits * rows * 2 * 4)
+        po, pml = tmp(0), tmp(1)
+    else:
+        po, pml = out(0), out(0)
+    tail = decode_tail(q.strides, k.strides[:3], v.strides[:3], p.mask_strides, p.sink_stride, p.B,
+                       p.Hq, p.Hkv, p.Lq, p.Lk, kps, splits, p.mask_kind, p.sink_kind, p.causal,
+                       p.scale * math.log2(math.e))
+    steps.append(Launch(FAMILY, name, (splits * chunks, p.Hkv, p.B), (DECODE_BLOCK, 1, 1), 0, 8, tail,
+                        (inp(0), inp(1), inp(2), mask_ref, sink_ref, out(0), po, pml)))
+    if splits > 1:
+        steps.append(Launch(FAMILY, t.combine(p.dt), (rows, 1, 1), (128, 1, 1), 0, 4,
+                            combine_tail(p.sink_stride, rows, splits, p.D, p.Hq, p.Lq, p.sink_kind),
+                            (tmp(0), tmp(1), sink_ref, out(0))))
+    return Plan(tuple(steps), temps=temps)
+
+
+# ---- prefill ------------------------------------------------------------------------------
+
+class _Temps:
+    """Temporaries of the node: ours by name, and the sub-plans' (matmul, copy) mapped
+    onto shared scratch slots (the steps run in stream order, one after the other)."""
+
+    def __init__(self):
+        self.sizes: list = []
+        self.sub: dict = {}      # sub-plan temp index -> our index
+
+    def add(self, nbytes: int) -> int:
+        self.sizes.append(max(int(nbytes), 1))
+        return len(self.sizes) - 1
+
+    def sub_slot(self, i: int, nbytes: int) -> int:
+        j = self.sub.get(i)
+        if j is None:
+            j = self.sub[i] = self.add(nbytes)
+        else:
+            self.sizes[j] = max(self.sizes[j], int(nbytes))
+        return j
+
+
+def _remap_ref(r: Ref, mapping: dict, temps: _Temps, sub_sizes) -> Ref:
+    if r.kind == "t":
+        return tmp(temps.sub_slot(r.index, sub_sizes[r.index]), r.offset)
+    base = mapping[(r.kind, r.index)]
+    return base._replace(offset=base.offset + r.offset)
+
+
+def _remap_plan(sub: Plan, mapping: dict, temps: _Temps, n_in: int) -> list | None:
+    """The sub-plan's steps with its inputs/output/temps redirected to ours."""
+    if sub is None or sub.donate or sub.init or sub.written is not None:
+        return None
+    steps = []
+    for s in sub.steps:
+        if isinstance(s, Launch):
+            refs = s.refs if s.refs is not None else tuple(inp(i) for i in range(n_in)) + (out(0),)
+            steps.append(dataclasses.replace(s, refs=tuple(_remap_ref(r, mapping, temps, sub.temps) for r in refs)))
+        elif isinstance(s, HostCall):
+            steps.append(dataclasses.replace(s, refs=tuple(_remap_ref(r, mapping, temps, sub.temps) for r in s.refs)))
+        elif isinstance(s, Memset):
+            steps.append(dataclasses.replace(s, ref=_remap_ref(s.ref, mapping, temps, sub.temps)))
+        else:
+            return None
+    return steps
+
+
+def _gemm(a: Layout, b: Layout, a_ref: Ref, b_ref: Ref, d_ref: Ref, alpha: float, dt: str, device,
+          temps: _Temps) -> list | None:
+    """D = alpha * A B (4-d, batch dims equal) written row-contiguous at d_ref, through the
+    matmul family's plan of an AddMM with beta 0."""
+    o = Layout.row_major(a.shape[:-1] + (b.shape[-1],), dt)
+    sub = matmul_family.plan_node(Node("AddMM", (float(alpha), 0.0), (a, b, o), (o,)), device)
+    mapping = {("i", 0): a_ref, ("i", 1): b_ref, ("i", 2): d_ref, ("o", 0): d_ref}
+    return _remap_plan(sub, mapping, temps, 3)
+
+
+def chunk_rows(p: Problem) -> int:
+    isz = ITEM[p.dt]
+    per_row = max(1, p.B * p.Hq * p.Lk * isz)
+    c = max(1, min(p.Lq, CHUNK_BYTES // per_row))
+    if p.causal:   # a few chunks, so that the GEMMs skip most of the upper triangle
+        c = min(c, max(CAUSAL_MIN_CHUNK, min(CAUSAL_CHUNK, p.Lq // 4)))
+    return c
+
+
+def plan_prefill(node, p: Problem, device) -> Plan | None:
+    q, k, v = node.ins[:3]
+    dt, isz = p.dt, ITEM[p.dt]
+    G, B, Hkv, Lq, Lk, D, Dv = p.G, p.B, p.Hkv, p.Lq, p.Lk, p.D, p.Dv
+    t = kt.table(FAMILY)
+    temps = _Temps()
+    steps: list = []
+    # q in (B, Hkv, Lq, G, D) order: the heads of a group become rows of one GEMM
+    if G > 1:
+        qb, qh, ql, qd = q.strides
+        view = Layout.strided((B, Hkv, Lq, G, D), (qb, G * qh, ql, qh, qd), dt)
+        cp = copy_family.plan("copy", (view,), Layout.row_major(view.shape, dt), device)
+        if cp is None:
+            return None
+        qt = temps.add(q.size * isz)
+        steps.append(dataclasses.replace(cp, refs=(inp(0), tmp(qt))))
+        q_ref, q_bs = tmp(qt), (Hkv * Lq * G * D, Lq * G * D)
+        q_rs, q_cs = D, 1
+    else:
+        q_ref, q_bs = inp(0), q.strides[:2]
+        q_rs, q_cs = q.strides[2], q.strides[3]
+    c = chunk_rows(p)
+    n_chunks = -(-Lq // c)
+    s_t = temps.add(B * Hkv * c * G * Lk * isz)
+    direct = n_chunks == 1 and G == 1          # O lands in the output as it is
+    o_t = None if direct else temps.add(B * Hkv * c * G * Dv * isz)
+    wave = wave_width(device)
+    rows_name = t.rows(dt, wave)
+    mask_ref = inp(p.mask_index) if p.mask_index >= 0 else inp(0)
+    sink_ref = inp(p.sink_index) if p.sink_index >= 0 else inp(0)
+    kb, kh, ks, kd = k.strides
+    vb, vh, vs, vd = v.strides
+    if Dv * isz % 16 == 0:
+        sc_name, vecw = t.scatter("v16"), 16 // isz
+    else:
+        sc_name, vecw = t.scatter("u16" if isz == 2 else "u32"), 1
+    for ci in range(n_chunks):
+        l0 = ci * c
+        cc = min(c, Lq - l0)
+        M = cc * G
+        n = Lk
+        if p.causal and l0 + Lk - Lq >= 0:
+            n = min(Lk, l0 + cc + Lk - Lq)    # the chunk's last visible key + 1
+        if n <= 0:
+            n = Lk
+        a = Layout.strided((B, Hkv, M, D), q_bs + (q_rs, q_cs), dt)
+        a_off = l0 * (G * D if G > 1 else q_rs) * isz
+        kT = Layout.strided((B, Hkv, D, n), (kb, kh, kd, ks), dt)
+        g1 = _gemm(a, kT, q_ref._replace(offset=q_ref.offset + a_off), inp(1), tmp(s_t), p.scale, dt, device, temps)
+        if g1 is None:
+            return None
+        steps += g1
+        rows = B * Hkv * M
+        if rows > INT32:
+            return None
+        steps.append(Launch(FAMILY, rows_name, (rows, 1, 1), (ROWS_BLOCK, 1, 1), 0, 3,
+                            rows_tail(n, p.mask_strides, p.sink_stride, rows, n, G, cc, Hkv, l0, Lq, Lk,
+                                      p.mask_kind, p.sink_kind, p.causal),
+                            (tmp(s_t), mask_ref, sink_ref)))
+        pl = Layout.row_major((B, Hkv, M, n), dt)
+        vl = Layout.strided((B, Hkv, n, Dv), (vb, vh, vs, vd), dt)
+        g2 = _gemm(pl, vl, tmp(s_t), inp(2), out(0) if direct else tmp(o_t), 1.0, dt, device, temps)
+        if g2 is None:
+            return None
+        steps += g2
+        if not direct:
+            total = B * Hkv * M * Dv // vecw
+            grid = min(-(-total // SCATTER_BLOCK), max(1, int(device.compute_units)) * 16)
+            steps.append(Launch(FAMILY, sc_name, (grid, 1, 1), (SCATTER_BLOCK, 1, 1), 0, 2,
+                                scatter_tail(total, cc, G, Dv // vecw, Lq, l0), (tmp(o_t), out(0))))
+    return Plan(tuple(steps), temps=tuple(temps.sizes))
+
+
+def plan_node(node, device):
+    p = problem(node)
+    if p is None:
+        return None
+    if node.out.size == 0:
+        return Plan(())
+    if p.Lk == 0:
+        return Plan((Memset(out(0), node.out.nbytes, 0),))
+    if p.D == 0:
+        return None
+    plan = plan_decode(node, p, device)
+    if plan is not None:
+        return plan
+    return plan_prefill(node, p, device)

@@ -1,0 +1,217 @@
+"""SDPA family plans without a GPU: decode vs prefill choice, split-K sizing, every
+kernel named exists, buffer references stay inside the node's inputs/output/temps,
+declined inputs, and the argument blobs against the C structs of mlxa/sdpa_args.h."""
+
+import math
+import struct
+
+import pytest
+
+from mlx_amd.runtime import kernel_table as kt
+from mlx_amd.runtime.driver.base import DeviceProperties
+from mlx_amd.runtime.launch import Launch
+from mlx_amd.runtime.ops import sdpa
+from mlx_amd.runtime.plan import HostCall, Layout, Memset, Node
+from cprobe import probe_output
+
+R = Layout.row_major
+
+
+def props(wave=32, cus=132):
+    return DeviceProperties(0, "test", "sm_90", "sm_90", {}, wave, cus, 1 << 34, False,
+                            0, 0, 0, 0, 1024, 65536, True, "0")
+
+
+def kv(B, H, L, D, dt, cap=None):
+    cap = cap or L
+    return Layout.strided((B, H, L, D), (H * cap * D, cap * D, D, 1), dt)
+
+
+def node(B, Hq, Hkv, Lq, Lk, D, Dv=None, dt="bfloat16", mode="", sinks=False, cap=None,
+         mask_dtype="bool", mask=None, sink_dtype=None):
+    Dv = Dv or D
+    ins = [R((B, Hq, Lq, D), dt), kv(B, Hkv, Lk, D, dt, cap), kv(B, Hkv, Lk, Dv, dt, cap)]
+    if mode == "array":
+        ins.append(mask if mask is not None else Layout.strided((B, Hq, Lq, Lk), (0, 0, Lk, 1), mask_dtype))
+    if sinks:
+        ins.append(R((Hq,), sink_dtype or dt))
+    return Node("mlx_amd::SDPA", (1 / math.sqrt(D), mode, sinks), tuple(ins), (R((B, Hq, Lq, Dv), dt),))
+
+
+def check_refs(plan, n):
+    for s in plan.steps:
+        refs = s.refs if isinstance(s, (Launch, HostCall)) else (s.ref,)
+        for r in refs or ():
+            if r.kind == "i":
+                assert 0 <= r.index < len(n.ins), r
+            elif r.kind == "o":
+                assert r.index == 0, r
+            else:
+                assert r.kind == "t" and 0 <= r.index < len(plan.temps), r
+            assert r.offset >= 0
+        if isinstance(s, Launch):
+            assert kt.has_kernel(s.family, s.kernel), s.kernel
+            assert s.block[0] <= 512 and s.grid[0] >= 1
+
+
+CASES = [
+    (1, 32, 8, 1, 4096, 128), (1, 32, 8, 1, 32768, 128), (1, 32, 1, 1, 1000, 64),
+    (2, 8, 8, 4, 77, 80), (1, 16, 4, 8, 513, 96), (1, 4, 4, 1, 10, 256),
+]
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("shape", CASES)
+@pytest.mark.parametrize("mode", ["", "causal", "array"])
+def test_decode_plans(dt, shape, mode):
+    n = node(*shape, dt=dt, mode=mode, sinks=True, cap=shape[4] + 100)
+    p = sdpa.plan_node(n, props())
+    check_refs(p, n)
+    kernels = [s.kernel for s in p.steps]
+    B, Hq, Hkv, Lq, Lk, D = shape
+    assert kernels[0] == f"sdpa_decode_d{D}_r4_{dt}"
+    splits, kps = sdpa.decode_splits(sdpa.problem(n), props())
+    assert (splits - 1) * kps < Lk <= splits * kps        # no empty split
+    chunks = -(-(Hq // Hkv * Lq) // 4)
+    assert p.steps[0].grid == (splits * chunks, Hkv, B)
+    if splits > 1:
+        assert kernels[1] == f"sdpa_combine_{dt}" and p.steps[1].grid == (B * Hq * Lq, 1, 1)
+        assert p.temps == (splits * B * Hq * Lq * D * 4, splits * B * Hq * Lq * 8)
+    else:
+        assert len(kernels) == 1 and p.temps == ()
+
+
+def test_decode_fills_the_device():
+    n = node(1, 32, 8, 1, 32768, 128)
+    p = sdpa.plan_node(n, props(cus=132))
+    assert p.steps[0].grid[0] * p.steps[0].grid[1] >= 132 * 2
+    # short caches are not split below DECODE_MIN_KEYS keys
+    s, k = sdpa.decode_splits(sdpa.problem(node(1, 32, 8, 1, 300, 128)), props())
+    assert k >= min(300, sdpa.DECODE_MIN_KEYS) or s == 1
+
+
+@pytest.mark.parametrize("wave", [32, 64])
+@pytest.mark.parametrize("dt", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("args", [
+    dict(B=1, Hq=32, Hkv=8, Lq=1024, Lk=1024, D=128, mode="causal"),
+    dict(B=1, Hq=32, Hkv=8, Lq=4096, Lk=4096, D=128, mode="causal"),
+    dict(B=2, Hq=4, Hkv=1, Lq=33, Lk=90, D=80, mode="array"),
+    dict(B=1, Hq=4, Hkv=2, Lq=50, Lk=77, D=256, mode="array", sinks=True, mask_dtype="float32"),
+    dict(B=1, Hq=4, Hkv=2, Lq=20, Lk=40, D=64, Dv=32),
+    dict(B=1, Hq=2, Hkv=1, Lq=600, Lk=600, D=64, mode="causal"),
+    dict(B=1, Hq=4, Hkv=4, Lq=1, Lk=50, D=32),          # decode shape, head dim without a kernel
+])
+def test_prefill_plans(wave, dt, args, monkeypatch):
+    monkeypatch.delenv("MLX_AMD_WAVE", raising=False)
+    n = node(dt=dt, **args)
+    p = sdpa.plan_node(n, props(wave))
+    assert p is not None
+    check_refs(p, n)
+    pr = sdpa.problem(n)
+    kernels = [s.kernel for s in p.steps if isinstance(s, Launch) and s.family == "sdpa"]
+    assert not any(k.startswith("sdpa_decode") for k in kernels)
+    c = sdpa.chunk_rows(pr)
+    n_chunks = -(-pr.Lq // c)
+    assert kernels.count(f"sdpa_rows_{dt}_w{wave}") == n_chunks
+    gemms = [s for s in p.steps if isinstance(s, HostCall) or s.family in ("gemv", "gemm")]
+    assert len(gemms) == 2 * n_chunks
+    # the score chunk stays within the budget
+    assert pr.B * pr.Hq * c * pr.Lk * sdpa.ITEM[dt] <= max(sdpa.CHUNK_BYTES, pr.B * pr.Hq * pr.Lk * 4)
+    if pr.causal and n_chunks > 1:
+        # the first chunk's GEMMs stop at its last visible key
+        first = next(s for s in p.steps if isinstance(s, Launch) and s.kernel.startswith("sdpa_rows"))
+        assert struct.unpack_from("<i", first.tail, 56)[0] == c + pr.Lk - pr.Lq
+
+
+def test_strided_cache_is_read_in_place():
+    n = node(1, 32, 8, 1, 1000, 128, cap=4096)
+    p = sdpa.plan_node(n, props())
+    assert p.steps[0].kernel.startswith("sdpa_decode")       # no copy of K/V
+    f = struct.unpack_from("<4q3q3q", p.steps[0].tail)
+    assert f[4:7] == (8 * 4096 * 128, 4096 * 128, 128)
+
+
+def test_declined():
+    d = props()
+    assert sdpa.plan_node(node(1, 4, 2, 1, 10, 64, dt="float64"), d) is None
+    assert sdpa.plan_node(node(1, 4, 2, 1, 10, 64, mode="array", mask_dtype="int32"), d) is None
+    bad = Layout.strided((1, 3, 1, 10), (0, 10, 10, 1), "bool")   # 3 heads against 4
+    assert sdpa.plan_node(node(1, 4, 2, 1, 10, 64, mode="array", mask=bad), d) is None
+    assert sdpa.plan_node(node(1, 4, 2, 1, 10, 64, sinks=True, sink_dtype="int32"), d) is None
+    assert sdpa.plan_node(Node("Softmax", (False,), (R((2, 2), "float32"),), (R((2, 2), "float32"),)), d) is None
+    # an empty key axis: zeros
+    p = sdpa.plan_node(node(1, 4, 2, 3, 0, 64), d)
+    assert len(p.steps) == 1 and isinstance(p.steps[0], Memset)
+    # a K whose rows are not in 16-byte vectors takes the prefill path
+    n = node(1, 4, 2, 1, 10, 64)
+    odd = Layout.strided((1, 2, 10, 64), (2 * 10 * 65, 10 * 65, 65, 1), "bfloat16")
+    n = Node(n.prim, n.params, (n.ins[0], odd, odd), n.outs)
+    p = sdpa.plan_node(n, d)
+    assert p is not None and not any(getattr(s, "kernel", "").startswith("sdpa_decode") for s in p.steps)
+
+
+def test_mask_broadcast_strides():
+    assert sdpa._mask_strides(Layout.strided((1, 1, 5, 7), (0, 0, 7, 1), "bool"), 2, 4, 5, 7) == (0, 0, 7, 1)
+    assert sdpa._mask_strides(R((5, 7), "bool"), 2, 4, 5, 7) == (0, 0, 7, 1)
+    assert sdpa._mask_strides(R((4, 1, 7), "bool"), 2, 4, 5, 7) == (0, 7, 0, 1)
+    assert sdpa._mask_strides(R((3, 7), "bool"), 2, 4, 5, 7) is None
+
+
+# ---------------------------------------------------------------- sdpa_args.h, byte for byte
+_PROBE = r"""
+#include <cstddef>
+#include <cstdio>
+#include "mlxa/sdpa_args.h"
+#define F(S, f) std::printf(#S "." #f " %zu\n", offsetof(S, f));
+int main() {
+  std::printf("SdpaDecodeArgs %zu\nSdpaCombineArgs %zu\nSdpaRowsArgs %zu\nSdpaScatterArgs %zu\n",
+              sizeof(SdpaDecodeArgs), sizeof(SdpaCombineArgs), sizeof(SdpaRowsArgs), sizeof(SdpaScatterArgs));
+  F(SdpaDecodeArgs, q_strides) F(SdpaDecodeArgs, k_strides) F(SdpaDecodeArgs, mask_strides)
+  F(SdpaDecodeArgs, sink_stride) F(SdpaDecodeArgs, B) F(SdpaDecodeArgs, Lk) F(SdpaDecodeArgs, n_splits)
+  F(SdpaDecodeArgs, causal) F(SdpaDecodeArgs, scale_log2)
+  F(SdpaCombineArgs, sink_stride) F(SdpaCombineArgs, rows) F(SdpaCombineArgs, sink_kind)
+  F(SdpaRowsArgs, ld) F(SdpaRowsArgs, rows) F(SdpaRowsArgs, n) F(SdpaRowsArgs, causal)
+  F(SdpaScatterArgs, total) F(SdpaScatterArgs, c) F(SdpaScatterArgs, l0)
+  std::printf("kinds %d %d %d %d %d %d\n", MLXA_SDPA_MASK_BOOL, MLXA_SDPA_MASK_ADD_T, MLXA_SDPA_MASK_ADD_F32,
+              MLXA_SDPA_SINK_NONE, MLXA_SDPA_SINK_T, MLXA_SDPA_SINK_F32);
+}
+"""
+
+
+def test_args_match_c(tmp_path):
+    out = probe_output(_PROBE, tmp_path)
+    c = {}
+    for line in out.splitlines():
+        k, *v = line.split()
+        c[k] = tuple(int(x) for x in v) if k == "kinds" else int(v[0])
+    for name, size in sdpa.ARG_SIZES.items():
+        assert c[name] == size, name
+    assert c["kinds"] == (sdpa.MASK_BOOL, sdpa.MASK_ADD_T, sdpa.MASK_ADD_F32, sdpa.SINK_NONE, sdpa.SINK_T, sdpa.SINK_F32)
+    blob = bytes(64) + sdpa.decode_tail((1, 2, 3, 4), (5, 6, 7), (8, 9, 10), (11, 12, 13, 14), 15, 16, 17, 18, 19,
+                                        20, 21, 22, 23, 24, True, 0.5)
+    assert len(blob) == c["SdpaDecodeArgs"]
+    assert struct.unpack_from("<4q", blob, c["SdpaDecodeArgs.q_strides"]) == (1, 2, 3, 4)
+    assert struct.unpack_from("<3q", blob, c["SdpaDecodeArgs.k_strides"]) == (5, 6, 7)
+    assert struct.unpack_from("<4q", blob, c["SdpaDecodeArgs.mask_strides"]) == (11, 12, 13, 14)
+    assert struct.unpack_from("<q", blob, c["SdpaDecodeArgs.sink_stride"])[0] == 15
+    assert struct.unpack_from("<i", blob, c["SdpaDecodeArgs.B"])[0] == 16
+    assert struct.unpack_from("<i", blob, c["SdpaDecodeArgs.Lk"])[0] == 20
+    assert struct.unpack_from("<i", blob, c["SdpaDecodeArgs.n_splits"])[0] == 22
+    assert struct.unpack_from("<i", blob, c["SdpaDecodeArgs.causal"])[0] == 1
+    assert struct.unpack_from("<f", blob, c["SdpaDecodeArgs.scale_log2"])[0] == 0.5
+    blob = bytes(32) + sdpa.combine_tail(3, 4, 5, 6, 7, 8, 2)
+    assert struct.unpack_from("<q", blob, c["SdpaCombineArgs.sink_stride"])[0] == 3
+    assert struct.unpack_from("<i", blob, c["SdpaCombineArgs.rows"])[0] == 4
+    assert struct.unpack_from("<i", blob, c["SdpaCombineArgs.sink_kind"])[0] == 2
+    blob = bytes(24) + sdpa.rows_tail(9, (1, 2, 3, 4), 5, 6, 7, 8, 10, 11, 12, 13, 14, 1, 2, True)
+    assert len(blob) == c["SdpaRowsArgs"]
+    assert struct.unpack_from("<q", blob, c["SdpaRowsArgs.ld"])[0] == 9
+    assert struct.unpack_from("<q", blob, c["SdpaRowsArgs.rows"])[0] == 6
+    assert struct.unpack_from("<i", blob, c["SdpaRowsArgs.n"])[0] == 7
+    assert struct.unpack_from("<i", blob, c["SdpaRowsArgs.causal"])[0] == 1
+    assert c["SdpaRowsArgs.n"] - 24 == 56      # the offset test_prefill_plans reads n at
+    blob = bytes(16) + sdpa.scatter_tail(100, 3, 4, 5, 6, 7)
+    assert len(blob) == c["SdpaScatterArgs"]
+    assert struct.unpack_from("<q", blob, c["SdpaScatterArgs.total"])[0] == 100
+    assert struct.unpack_from("<i", blob, c["SdpaScatterArgs.c"])[0] == 3
+    assert struct.unpack_from("<i", blob, c["SdpaScatterArgs.l0"])[0] == 7
