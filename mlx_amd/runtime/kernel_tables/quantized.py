@@ -1,0 +1,65 @@
+"""quantized family (hip_kernels/quantized.hip). Standard library only (loaded by path).
+
+Formats are (name, MLX mode id, bits): affine with 2, 3, 4, 5, 6, 8 bits, mxfp4, mxfp8,
+nvfp4. Names:
+  quantized_qmv_<fmt>_<dt>_<dt>_w<32|64>   decode matmul (rows of x <= 8)
+  quantized_dequant_<fmt>_<dt>_<dt>               packed w -> dtype
+  quantized_quantize_a<bits>_<dt>_<dt>            affine quantization
+  quantized_fp8_to_<dt>_uint8 / quantized_fp8_from_uint8_<dt>   fast::ConvertFP8
+"""
+
+DTYPES = ("float32", "float16", "bfloat16")
+WAVES = (32, 64)
+QMV_MAX_M = 8           # rows of x the decode kernel takes (one block per row and row block)
+QMV_WAVES = 4           # mlxa::q::kQmvWaves
+QMV_ROWS = 4            # mlxa::q::kQmvRows
+BLOCK = 256             # mlxa::q::kBlock
+AFFINE_BITS = (2, 3, 4, 5, 6, 8)
+MODES = {"affine": 0, "mxfp4": 1, "mxfp8": 2, "nvfp4": 3}
+# fmt name -> (mode id, bits, values per chunk)
+FORMATS = {**{f"a{b}": (0, b, 32) for b in AFFINE_BITS},
+           "mxfp4": (1, 4, 32), "mxfp8": (2, 8, 32), "nvfp4": (3, 4, 16)}
+
+
+def fmt_name(mode: int, bits: int):
+    for name, (m, b, _cv) in FORMATS.items():
+        if m == mode and b == bits:
+            return name
+    return None
+
+
+def qmv_name(kt, fmt, dt, wave):
+    return kt.kernel_name("quantized", "qmv", fmt, dt, dt) + f"_w{wave}"
+
+
+def dequant_name(kt, fmt, dt):
+    return kt.kernel_name("quantized", "dequant", fmt, dt, dt)
+
+
+def quantize_name(kt, bits, dt):
+    return kt.kernel_name("quantized", "quantize", f"a{bits}", dt, dt)
+
+
+def fp8_name(kt, to_fp8, dt):
+    return kt.kernel_name("quantized", "fp8", "to" if to_fp8 else "from",
+                          dt if to_fp8 else "uint8", "uint8" if to_fp8 else dt)
+
+
+def entries(kt):
+    for fmt, (mode, bits, _cv) in FORMATS.items():
+        for dt in DTYPES:
+            ct = kt.CTYPES[dt]
+            for w in WAVES:
+                n = qmv_name(kt, fmt, dt, w)
+                yield n, f"MLXA_QMV({n}, {ct}, {bits}, {mode}, {w})"
+            n = dequant_name(kt, fmt, dt)
+            yield n, f"MLXA_QDEQUANT({n}, {ct}, {bits}, {mode})"
+    for bits in AFFINE_BITS:
+        for dt in DTYPES:
+            n = quantize_name(kt, bits, dt)
+            yield n, f"MLXA_QUANTIZE({n}, {kt.CTYPES[dt]}, {bits})"
+    for dt in DTYPES:
+        n = fp8_name(kt, True, dt)
+        yield n, f"MLXA_TO_FP8({n}, {kt.CTYPES[dt]})"
+        n = fp8_name(kt, False, dt)
+        yield n, f"MLXA_FROM_FP8({n}, {kt.CTYPES[dt]})"

@@ -1,0 +1,515 @@
+"""Quantized launcher: QuantizedMatmul, GatherQMM and fast::Quantize through
+hip_kernels/quantized.hip.
+
+MLX's packing: w is uint32 whose rows hold one little-endian bit stream of ``bits``-wide
+values (value i at bit i * bits; MLX's 3/5/6-bit byte packs are that stream); one scale
+(and, affine, one bias) per group of ``group_size`` values along the packed axis.
+Modes (QuantizationMode): 0 affine (scale/bias in x's dtype, bits 2-6 and 8), 1 mxfp4
+and 2 mxfp8 (e8m0 scale bytes, groups of 32), 3 nvfp4 (e4m3 scale bytes, groups of 16).
+
+* decode (transpose, M <= 8 rows of x): the qmv kernel streams w once, dequantizes in
+  registers and accumulates in float32; GatherQMM is the same kernel with its uint32
+  index arrays choosing x's and w's batch per output batch.
+* prefill (M > 8) and transpose=False: w is dequantized into a temporary of x's dtype
+  (its broadcast batch dimensions stay broadcast), then the matmul family plans the GEMM
+  on a synthetic Matmul node whose refs are renumbered onto ours.
+* fast::Quantize (affine, quantize direction): one thread per group with MLX's CPU
+  arithmetic, bit for bit.
+* fast::ConvertFP8 (mx.to_fp8 / mx.from_fp8): e4m3 with MLX's CPU rounding and its
+  saturation (|x| >= 464, inf and NaN give +-448), bit for bit.
+
+Not covered (MLX's CPU fallback): GatherQMM with M > 8 or transpose=False; fast::Quantize
+of the fp modes or the dequantize direction (MLX's CPU build decomposes both into ops, so
+neither reaches us); w/scales/biases whose last axis is not contiguous; more than 4 batch
+dimensions after collapsing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+from .. import kernel_table as kt
+from ..launch import Launch
+from ..plan import HostCall, Layout, Memset, Plan, default_refs, inp, out, tmp, wave_width
+from . import copy as copy_family
+from . import elementwise as ew
+
+FAMILY = "quantized"
+
+PRIMITIVES = {"QuantizedMatmul": "qmm", "GatherQMM": "gather_qmm", "fast::Quantize": "quantize",
+              "fast::ConvertFP8": "fp8"}
+
+DTYPES = ("float32", "float16", "bfloat16")
+ITEM = {"float32": 4, "float16": 2, "bfloat16": 2}
+QBATCH = 4                  # MLXA_QBATCH
+QMV_MAX_M = 8
+QMV_WAVES = 4               # mlxa::q::kQmvWaves
+QMV_ROWS = 4                # mlxa::q::kQmvRows
+BLOCK = 256                 # mlxa::q::kBlock
+GRID_Y = 65535
+_U31 = 2**31 - 1
+
+# ---- argument structs (quantized_args.h) -------------------------------------------
+_QMV_TAIL = struct.Struct("<10q8i36q")     # after the 7 pointers
+_DEQ_TAIL = struct.Struct("<6q2i16q")      # after the 4 pointers
+_QUANT_TAIL = struct.Struct("<q2i")        # after the 4 pointers
+_FP8_TAIL = struct.Struct("<q")            # after the 2 pointers
+ARG_STRUCTS = {"QmvArgs": (7, 7 * 8 + _QMV_TAIL.size), "DequantArgs": (4, 4 * 8 + _DEQ_TAIL.size),
+               "QuantizeArgs": (4, 4 * 8 + _QUANT_TAIL.size), "Fp8Args": (2, 2 * 8 + _FP8_TAIL.size)}
+
+
+def _pad(v, fill=0):
+    v = tuple(int(x) for x in v)
+    return v + (fill,) * (QBATCH - len(v))
+
+
+def qmv_tail(m, n, k, batch, x_row, w_row, s_row, b_row, x_count, w_count, group_shift,
+             out_shape, lhs_str, rhs_str, x_shape, x_str, w_shape, w_str, s_str, b_str,
+             x_vec, w_vec, gather, ksplit=1) -> bytes:
+    return _QMV_TAIL.pack(m, n, k, batch, x_row, w_row, s_row, b_row, x_count, w_count,
+                          group_shift, len(out_shape), len(x_shape), len(w_shape), int(x_vec), int(w_vec),
+                          int(gather), int(ksplit),
+                          *_pad(out_shape, 1), *_pad(lhs_str), *_pad(rhs_str), *_pad(x_shape, 1), *_pad(x_str),
+                          *_pad(w_shape, 1), *_pad(w_str), *_pad(s_str), *_pad(b_str))
+
+
+def dequant_tail(total_chunks, rows, cols, w_row, s_row, b_row, group_shift, shape, w_str, s_str, b_str) -> bytes:
+    return _DEQ_TAIL.pack(total_chunks, rows, cols, w_row, s_row, b_row, group_shift, len(shape),
+                          *_pad(shape, 1), *_pad(w_str), *_pad(s_str), *_pad(b_str))
+
+
+def quantize_tail(groups, group_size) -> bytes:
+    return _QUANT_TAIL.pack(groups, group_size, 0)
+
+
+def _table():
+    return kt.table(FAMILY)
+
+
+# ---- shared checks --------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Fmt:
+    name: str
+    mode: int
+    bits: int
+    cv: int        # values per chunk
+    gs: int
+
+    @property
+    def cw(self) -> int:           # words per chunk
+        return self.cv * self.bits // 32
+
+    @property
+    def affine(self) -> bool:
+        return self.mode == 0
+
+    @property
+    def align(self) -> int:        # bytes the vector load of a chunk needs
+        return 16 if self.cw % 4 == 0 else (8 if self.cw % 2 == 0 else 4)
+
+    @property
+    def shift(self) -> int:
+        return self.gs.bit_length() - 1
+
+
+def fmt_for(group_size, bits, mode):
+    t = _table()
+    name = t.fmt_name(int(mode), int(bits))
+    if name is None:
+        return None
+    _m, _b, cv = t.FORMATS[name]
+    gs = int(group_size)
+    if gs <= 0 or gs & (gs - 1) or gs % cv:
+        return None
+    if mode == 0 and gs not in (32, 64, 128):
+        return None
+    if mode in (1, 2) and gs != 32:
+        return None
+    if mode == 3 and gs != 16:
+        return None
+    return Fmt(name, int(mode), int(bits), cv, gs)
+
+
+def _inner_ok(lay: Layout) -> bool:
+    """Last axis contiguous (or of one element)."""
+    return lay.ndim >= 1 and (lay.shape[-1] <= 1 or lay.strides[-1] == 1)
+
+
+def _row_stride(lay: Layout) -> int:
+    return lay.strides[-2] if lay.ndim >= 2 and lay.shape[-2] > 1 else 0
+
+
+def _collapse(shape, *strides):
+    """Batch dims collapsed (row-major order kept); () when there is no batch."""
+    if not shape or all(d == 1 for d in shape):
+        return (), [() for _ in strides]
+    s, st = ew.collapse_dims(tuple(shape), *strides)
+    return s, st
+
+
+def _grid_1d(items: int, device) -> tuple:
+    cap = max(1, int(getattr(device, "compute_units", 1) or 1)) * 32
+    return (max(1, min(-(-items // BLOCK), cap)), 1, 1)
+
+
+def _x_copy(x: Layout, device, temp_index: int):
+    """x copied row-contiguous into temporary ``temp_index``: (launch, layout) or None."""
+    row = Layout.row_major(x.shape, x.dtype)
+    lau = copy_family.plan("copy", (x,), row, device)
+    if lau is None:
+        return None
+    return dataclasses.replace(lau, refs=(inp(0), tmp(temp_index))), row
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    fmt: Fmt
+    x: Layout
+    w: Layout
+    s: Layout
+    b: Layout            # scales again for the fp modes (never read)
+    o: Layout
+    M: int
+    N: int
+    K: int
+    transpose: bool
+
+
+def _problem(node, gather: bool):
+    n_idx = 2 if gather else 0
+    if len(node.params) < 4 or len(node.outs) != 1:
+        return None
+    gs, bits, mode, transpose = node.params[:4]
+    f = fmt_for(gs, bits, mode)
+    if f is None:
+        return None
+    n_in = (4 if f.affine else 3) + n_idx
+    if len(node.ins) != n_in:
+        return None
+    x, w, s = node.ins[:3]
+    b = node.ins[3] if f.affine else s
+    o = node.out
+    dt = x.dtype
+    if dt not in DTYPES or o.dtype != dt or w.dtype != "uint32":
+        return None
+    if f.affine and (s.dtype != dt or b.dtype != dt):
+        return None
+    if not f.affine and s.dtype != "uint8":
+        return None
+    if x.ndim < 1 or w.ndim < 2 or s.ndim != w.ndim or b.ndim != w.ndim or o.ndim < 1:
+        return None
+    K = x.shape[-1]
+    M = x.shape[-2] if x.ndim >= 2 else 1
+    N = o.shape[-1]
+    transpose = bool(transpose)
+    rows, cols = (N, K) if transpose else (K, N)
+    if w.shape[-2] != rows or w.shape[-1] * 32 != cols * f.bits or cols % f.gs:
+        return None
+    if s.shape[-2:] != (rows, cols // f.gs) or b.shape[-2:] != s.shape[-2:]:
+        return None
+    if w.shape[:-2] != s.shape[:-2] or b.shape[:-2] != s.shape[:-2]:
+        return None
+    if not (_inner_ok(w) and _inner_ok(s) and _inner_ok(b)):
+        return None
+    if gather:
+        if x.ndim < 2 or o.ndim < 2 or o.shape[-2:] != (M, N):
+            return None
+    elif o.shape != ((tuple(x.shape[:-2]) + (M, N)) if x.ndim >= 2 else (N,)):
+        return None
+    return Problem(f, x, w, s, b, o, M, N, K, transpose)
+
+
+# ---- decode: the qmv kernel -----------------------------------------------------------
+
+def _qmv_launch(p: Problem, device, x: Layout, x_ref, out_batch, x_batch, x_bstr, w_batch, w_bstrs,
+                gather=None):
+    """One qmv launch. ``gather``: (lhs strides, rhs strides) over ``out_batch``."""
+    f, M, N, K = p.fmt, p.M, p.N, p.K
+    dt = x.dtype
+    isz = ITEM[dt]
+    batch = 1
+    for d in out_batch:
+        batch *= d
+    x_count, w_count = 1, 1
+    for d in x_batch:
+        x_count *= d
+    for d in w_batch:
+        w_count *= d
+    if max(batch, x_count, w_count) > _U31:
+        return None
+    x_row = _row_stride(x)
+    w_row, s_row, b_row = _row_stride(p.w), _row_stride(p.s), _row_stride(p.b)
+    x_vec = (x_row * isz) % 16 == 0 and all((s * isz) % 16 == 0 for s in x_bstr)
+    w_vec = (w_row * 4) % f.align == 0 and all((s * 4) % f.align == 0 for s in w_bstrs[0])
+    ks = qmv_ksplit(N, M * batch, K // f.cv, device)
+    row_blocks = -(-N // (QMV_WAVES // ks * QMV_ROWS))
+    grid_x = row_blocks * M
+    if grid_x > _U31:
+        return None
+    W = wave_width(device)
+    lhs_str, rhs_str = gather if gather is not None else ((), ())
+    tail = qmv_tail(M, N, K, batch, x_row, w_row, s_row, b_row, x_count, w_count, f.shift,
+                    out_batch, lhs_str, rhs_str, x_batch, x_bstr, w_batch, *w_bstrs,
+                    x_vec, w_vec, gather is not None, ks)
+    n_in = 4 if f.affine else 3
+    b_ref = inp(3) if f.affine else inp(2)
+    lhs_ref, rhs_ref = (inp(n_in), inp(n_in + 1)) if gather is not None else (x_ref, x_ref)
+    refs = (x_ref, inp(1), inp(2), b_ref, lhs_ref, rhs_ref, out(0))
+    name = _table().qmv_name(kt, f.name, dt, W)
+    return Launch(FAMILY, name, (grid_x, min(batch, GRID_Y), 1), (QMV_WAVES * W, 1, 1), 0, 7, tail, refs)
+
+
+def qmv_ksplit(rows, row_sets, chunks, device) -> int:
+    """Waves per row group: the smallest split of k (1, 2, 4) that gives about 32 waves per
+    compute unit, while each wave keeps at least one chunk per lane of a 64-wide wave."""
+    target = max(1, int(getattr(device, "compute_units", 1) or 1)) * 32
+    groups = -(-rows // QMV_ROWS) * row_sets
+    ks = 1
+    while ks < QMV_WAVES and groups * ks < target and chunks >= 2 * ks * 64:
+        ks *= 2
+    return ks
+
+
+def _prepare_x(p: Problem, device, temps: list, steps: list):
+    """x as the kernel reads it (elements along k contiguous): (layout, ref) or None."""
+    x = p.x
+    if _inner_ok(x):
+        return x, inp(0)
+    cp = _x_copy(x, device, len(temps))
+    if cp is None:
+        return None
+    steps.append(cp[0])
+    temps.append(max(x.nbytes, 1))
+    return cp[1], tmp(len(temps) - 1)
+
+
+def _plan_qmv(p: Problem, device):
+    steps, temps = [], []
+    px = _prepare_x(p, device, temps, steps)
+    if px is None:
+        return None
+    x, x_ref = px
+    bshape = p.o.shape[:-2] if p.x.ndim >= 2 else ()
+    xb = x.strides[:-2] if x.ndim >= 2 else ()
+    nb_w = p.w.ndim - 2
+    if nb_w and p.w.shape[:-2] != tuple(bshape):
+        return None
+    zeros = tuple(0 for _ in bshape)
+    ws = [lay.strides[:-2] if nb_w else zeros for lay in (p.w, p.s, p.b)]
+    shape, (xs, w_s, s_s, b_s) = _collapse(bshape, xb, *ws)
+    if len(shape) > QBATCH:
+        return None
+    lau = _qmv_launch(p, device, x, x_ref, shape, shape, xs, shape, (w_s, s_s, b_s))
+    if lau is None:
+        return None
+    steps.append(lau)
+    return Plan(tuple(steps), temps=tuple(temps))
+
+
+# ---- prefill: dequantize, then the matmul family's GEMM -------------------------------
+
+def _remap(ref, x_ref, n_ours):
+    kind, i, off = ref
+    if kind == "i":
+        base = x_ref if i == 0 else tmp(0)
+        return base._replace(offset=base.offset + off)
+    if kind == "t":
+        return tmp(i + n_ours, off)
+    return ref
+
+
+def _remap_step(st, x_ref, n_ours):
+    if isinstance(st, Launch):
+        refs = st.refs if st.refs is not None else default_refs(st.n_ptrs - 1, 1)
+        return dataclasses.replace(st, refs=tuple(_remap(r, x_ref, n_ours) for r in refs))
+    if isinstance(st, Memset):
+        return dataclasses.replace(st, ref=_remap(st.ref, x_ref, n_ours))
+    if isinstance(st, HostCall):
+        return dataclasses.replace(st, refs=tuple(_remap(r, x_ref, n_ours) for r in st.refs))
+    return None
+
+
+def prefill_operands(p: Problem, device):
+    """(dequant launch, temporary bytes, x, w_deq, out layouts of the synthetic Matmul) or None."""
+    f, M, N, K = p.fmt, p.M, p.N, p.K
+    x, dt = p.x, p.x.dtype
+    isz = ITEM[dt]
+    rows, cols = (N, K) if p.transpose else (K, N)
+    x2 = x if x.ndim >= 2 else Layout.strided((1, K), (K, x.strides[-1]), dt)
+    bshape = tuple(x2.shape[:-2])
+    nb_w = p.w.ndim - 2
+    if nb_w and p.w.shape[:-2] != bshape:
+        return None
+    # distinct w batches: the dims some operand of w really walks (the rest stay broadcast)
+    keep = [i for i in range(nb_w) if bshape[i] != 1 and any(l.strides[i] != 0 for l in (p.w, p.s, p.b))]
+    kshape = tuple(bshape[i] for i in keep)
+    cshape, (cw, cs, cb) = _collapse(kshape, *(tuple(l.strides[i] for i in keep) for l in (p.w, p.s, p.b)))
+    if len(cshape) > QBATCH:
+        return None
+    nbat = 1
+    for d in kshape:
+        nbat *= d
+    total = nbat * rows * (cols // f.cv)
+    if total > _U31:
+        return None
+    tail = dequant_tail(total, rows, cols, _row_stride(p.w), _row_stride(p.s), _row_stride(p.b), f.shift,
+                        cshape, cw, cs, cb)
+    b_ref = inp(3) if f.affine else inp(2)
+    deq = Launch(FAMILY, _table().dequant_name(kt, f.name, dt), _grid_1d(total, device), (BLOCK, 1, 1), 0, 4,
+                 tail, (inp(1), inp(2), b_ref, tmp(0)))
+    # the dequantized operand as the GEMM's (..., K, N) input
+    tstr = ew.row_strides(kshape + (rows, cols))
+    bstr = [0] * len(bshape)
+    for j, i in enumerate(keep):
+        bstr[i] = tstr[j]
+    inner = (1, K) if p.transpose else (N, 1)
+    b_lay = Layout.strided(bshape + (K, N), tuple(bstr) + inner, dt)
+    o_lay = Layout.row_major(bshape + (M, N), dt)
+    return deq, max(nbat * rows * cols * isz, 1), x2, b_lay, o_lay
+
+
+def _plan_prefill(p: Problem, device):
+    from . import matmul
+
+    ops = prefill_operands(p, device)
+    if ops is None:
+        return None
+    deq, deq_bytes, x2, b_lay, o_lay = ops
+    mplan = matmul.plan_node(_MatmulNode(x2, b_lay, o_lay), device)
+    if mplan is None or mplan.init or mplan.donate:
+        return None
+    steps = [deq]
+    for st in mplan.steps:
+        r = _remap_step(st, inp(0), 1)
+        if r is None:
+            return None
+        steps.append(r)
+    return Plan(tuple(steps), temps=(deq_bytes,) + tuple(mplan.temps))
+
+
+def _MatmulNode(a, b, o):
+    from ..plan import Node
+
+    return Node("Matmul", (), (a, b), (o,))
+
+
+# ---- GatherQMM -----------------------------------------------------------------------
+
+def _plan_gather(node, device):
+    p = _problem(node, gather=True)
+    if p is None or not p.transpose or p.M > QMV_MAX_M or p.x.ndim < 2:
+        return None
+    n_in = 4 if p.fmt.affine else 3
+    lhs, rhs = node.ins[n_in], node.ins[n_in + 1]
+    if lhs.dtype != "uint32" or rhs.dtype != "uint32":
+        return None
+    ob = tuple(p.o.shape[:-2])
+    if lhs.shape != ob or rhs.shape != ob or p.x.shape[-2] != p.M:
+        return None
+    steps, temps = [], []
+    px = _prepare_x(p, device, temps, steps)
+    if px is None:
+        return None
+    x, x_ref = px
+    oshape, (ls, rs) = _collapse(ob, lhs.strides, rhs.strides)
+    xshape, (xs,) = _collapse(x.shape[:-2], x.strides[:-2])
+    wshape, (w_s, s_s, b_s) = _collapse(p.w.shape[:-2], p.w.strides[:-2], p.s.strides[:-2], p.b.strides[:-2])
+    if max(len(oshape), len(xshape), len(wshape)) > QBATCH:
+        return None
+    lau = _qmv_launch(p, device, x, x_ref, oshape, xshape, xs, wshape, (w_s, s_s, b_s), gather=(ls, rs))
+    if lau is None:
+        return None
+    steps.append(lau)
+    return Plan(tuple(steps), temps=tuple(temps))
+
+
+# ---- fast::Quantize --------------------------------------------------------------------
+
+def _plan_quantize(node, device):
+    if len(node.params) != 5 or len(node.ins) != 1 or len(node.outs) != 3:
+        return None
+    _, gs, bits, mode, dequantize = node.params
+    if dequantize or int(mode) != 0:
+        return None
+    f = fmt_for(gs, bits, mode)
+    if f is None:
+        return None
+    (w,) = node.ins
+    wq, sc, bi = node.outs
+    dt = w.dtype
+    if dt not in DTYPES or wq.dtype != "uint32" or sc.dtype != dt or bi.dtype != dt or w.ndim < 1:
+        return None
+    K = w.shape[-1]
+    if K % f.gs or wq.shape != w.shape[:-1] + (K * f.bits // 32,) or sc.shape != w.shape[:-1] + (K // f.gs,):
+        return None
+    if bi.shape != sc.shape:
+        return None
+    groups = w.size // f.gs
+    if groups == 0:
+        return Plan(())
+    steps, temps = [], []
+    w_ref = inp(0)
+    if not w.row_contiguous:
+        cp = _x_copy(w, device, 0)
+        if cp is None:
+            return None
+        steps.append(cp[0])
+        temps.append(w.nbytes)
+        w_ref = tmp(0)
+    name = _table().quantize_name(kt, f.bits, dt)
+    steps.append(Launch(FAMILY, name, _grid_1d(groups, device), (BLOCK, 1, 1), 0, 4,
+                        quantize_tail(groups, f.gs), (w_ref, out(0), out(1), out(2))))
+    return Plan(tuple(steps), temps=tuple(temps))
+
+
+# ---- fast::ConvertFP8 --------------------------------------------------------------------
+
+def _plan_fp8(node, device):
+    if len(node.params) != 1 or len(node.ins) != 1 or len(node.outs) != 1:
+        return None
+    to_fp8 = bool(node.params[0])
+    (x,), o = node.ins, node.out
+    dt = x.dtype if to_fp8 else o.dtype
+    if dt not in DTYPES or (o.dtype if to_fp8 else x.dtype) != "uint8" or x.shape != o.shape:
+        return None
+    n = o.size
+    if n == 0:
+        return Plan(())
+    steps, temps, x_ref = [], [], inp(0)
+    if not ew.is_dense_like(x, o):
+        cp = _x_copy(x, device, 0)
+        if cp is None:
+            return None
+        steps.append(cp[0])
+        temps.append(x.nbytes)
+        x_ref = tmp(0)
+    steps.append(Launch(FAMILY, _table().fp8_name(kt, to_fp8, dt), _grid_1d(n, device), (BLOCK, 1, 1), 0, 2,
+                        _FP8_TAIL.pack(n), (x_ref, out(0))))
+    return Plan(tuple(steps), temps=tuple(temps))
+
+
+# ---- entry --------------------------------------------------------------------------------
+
+def plan_node(node, device):
+    if node.prim == "fast::Quantize":
+        return _plan_quantize(node, device)
+    if node.prim == "fast::ConvertFP8":
+        return _plan_fp8(node, device)
+    if node.prim == "GatherQMM":
+        if node.out.size == 0:
+            return Plan(()) if _problem(node, True) is not None else None
+        return _plan_gather(node, device)
+    if node.prim != "QuantizedMatmul":
+        return None
+    p = _problem(node, gather=False)
+    if p is None:
+        return None
+    if p.o.size == 0:
+        return Plan(())
+    if p.K == 0:
+        return Plan((Memset(out(0), p.o.nbytes, 0),))
+    if p.transpose and p.M <= QMV_MAX_M:
+        return _plan_qmv(p, device)
+    return _plan_prefill(p, device)

@@ -1,0 +1,298 @@
+"""QuantizedMatmul, GatherQMM and fast::Quantize on the GPU against MLX's CPU.
+
+Weights come from mx.quantize on random data. The matmul reference is computed in
+float32 on the CPU (mx.dequantize to float32, a float32 matmul, rounded to x's dtype)
+because MLX's x86 CPU kernel accumulates in x's dtype (a bfloat16 running sum over K
+is far from the true product); ours accumulates in float32 like MLX's GPU backends.
+x is scaled by 1/sqrt(K) so outputs are O(1); tolerances (rtol, atol): float32
+(1e-4, 1e-4): summation order only; float16 (5e-3, 5e-3) and bfloat16 (2e-2, 3e-2): the
+output rounding plus, on the prefill path, the dequantized weights rounded to x's dtype
+before the GEMM (what MLX's own quantized tests allow for these dtypes is looser).
+fast::Quantize must match MLX bit for bit.
+"""
+
+import math
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+from oracle import check_gpu
+
+pytestmark = pytest.mark.gpu
+
+F32 = mx.float32
+TOL = {mx.float32: (1e-4, 1e-4), mx.float16: (5e-3, 5e-3), mx.bfloat16: (2e-2, 3e-2)}
+DT = {"f32": mx.float32, "f16": mx.float16, "bf16": mx.bfloat16}
+QMM = ("QuantizedMatmul",)
+
+
+def make(shape, gs, bits, mode="affine", dtype=mx.float32, seed=0):
+    mx.random.seed(seed)
+    w = mx.random.normal(shape).astype(dtype)
+    r = mx.quantize(w, group_size=gs, bits=bits, mode=mode)
+    mx.eval(*r)
+    return tuple(r)
+
+
+def xs(shape, dtype, seed=1):
+    mx.random.seed(seed)
+    x = (mx.random.normal(shape) / math.sqrt(shape[-1])).astype(dtype)
+    mx.eval(x)
+    return x
+
+
+def qmm(gs, bits, mode, transpose):
+    def f(x, w, *sb):
+        return mx.quantized_matmul(x, w, *sb, transpose=transpose, group_size=gs, bits=bits, mode=mode)
+    return f
+
+
+def qmm_ref(gs, bits, mode, transpose):
+    """float32 reference: dequantize in float32, float32 matmul, round to x's dtype."""
+    def f(x, w, *sb):
+        sb = tuple(a.astype(F32) for a in sb) if mode == "affine" else sb
+        d = mx.dequantize(w, *sb, group_size=gs, bits=bits, mode=mode, dtype=F32)
+        y = x.astype(F32) @ (mx.swapaxes(d, -1, -2) if transpose else d)
+        return y.astype(x.dtype)
+    return f
+
+
+def check_qmm(x, q, gs, bits, mode="affine", transpose=True, what=""):
+    rt, at = TOL[x.dtype]
+    check_gpu(qmm(gs, bits, mode, transpose), x, *q, prims=QMM, ref_fn=qmm_ref(gs, bits, mode, transpose),
+              rtol=rt, atol=at, what=what)
+
+
+# --- the LLM case: affine 4/8-bit, x @ W.T ------------------------------------------------
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("gs", [32, 64, 128])
+@pytest.mark.parametrize("M", [1, 3, 8])
+def test_qmv_affine(gpu_runtime, wave, dt, bits, gs, M):
+    N, K = 70, 512               # N: not a multiple of the 16 rows of a block
+    q = make((N, K), gs, bits, dtype=DT[dt])
+    check_qmm(xs((M, K), DT[dt]), q, gs, bits, what=f"qmv {bits}b g{gs} {dt} M={M}")
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("gs", [32, 64, 128])
+@pytest.mark.parametrize("M", [33, 128])
+def test_prefill_affine(gpu_runtime, dt, bits, gs, M):
+    N, K = 72, 256
+    q = make((N, K), gs, bits, dtype=DT[dt])
+    check_qmm(xs((M, K), DT[dt]), q, gs, bits, what=f"prefill {bits}b g{gs} {dt} M={M}")
+
+
+@pytest.mark.parametrize("K,gs", [(32, 32), (96, 32), (192, 64), (4096 + 128, 128), (8192, 64)])
+def test_qmv_odd_k(gpu_runtime, wave, K, gs):
+    # fewer chunks than lanes, chunks not a multiple of the wave; long rows split k over
+    # 2 and 4 waves (qmv_ksplit)
+    q = make((19, K), gs, 4, dtype=mx.bfloat16)
+    check_qmm(xs((1, K), mx.bfloat16), q, gs, 4, what=f"K={K}")
+
+
+# --- other widths, transpose=False, fp modes --------------------------------------------------
+
+@pytest.mark.parametrize("bits", [2, 3, 5, 6])
+@pytest.mark.parametrize("gs", [32, 64])
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+@pytest.mark.parametrize("M", [1, 5, 33])
+def test_affine_other_bits(gpu_runtime, bits, gs, dt, M):
+    q = make((40, 256), gs, bits, dtype=DT[dt])
+    check_qmm(xs((M, 256), DT[dt]), q, gs, bits, what=f"{bits}b g{gs} {dt} M={M}")
+
+
+@pytest.mark.parametrize("bits,gs", [(4, 64), (8, 32), (3, 64), (6, 32)])
+@pytest.mark.parametrize("dt", ["f32", "f16"])
+@pytest.mark.parametrize("M", [1, 8, 33])
+def test_affine_not_transposed(gpu_runtime, bits, gs, dt, M):
+    K, N = 96, 128               # w is (K, N) packed along N
+    q = make((K, N), gs, bits, dtype=DT[dt])
+    check_qmm(xs((M, K), DT[dt]), q, gs, bits, transpose=False, what=f"x @ W {bits}b {dt} M={M}")
+
+
+@pytest.mark.parametrize("mode,gs,bits", [("mxfp4", 32, 4), ("mxfp8", 32, 8), ("nvfp4", 16, 4)])
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("M", [1, 3, 33])
+@pytest.mark.parametrize("transpose", [True, False])
+def test_fp_modes(gpu_runtime, wave, mode, gs, bits, dt, M, transpose):
+    K, N = (256, 48) if transpose else (64, 128)
+    q = make((N, K) if transpose else (K, N), gs, bits, mode, dtype=DT[dt])
+    check_qmm(xs((M, K), DT[dt]), q, gs, bits, mode, transpose, what=f"{mode} {dt} M={M} t={transpose}")
+
+
+# --- batches and layouts ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("M", [1, 4, 40])
+def test_batched_x_shared_w(gpu_runtime, M):
+    q = make((64, 128), 64, 4)
+    check_qmm(xs((2, 3, M, 128), F32), q, 64, 4, what=f"x (2,3,{M},K)")
+
+
+@pytest.mark.parametrize("M", [1, 40])
+def test_batched_w(gpu_runtime, M):
+    q = make((3, 64, 128), 64, 4, dtype=mx.float16)
+    check_qmm(xs((3, M, 128), mx.float16), q, 64, 4, what="w (3,N,K)")
+    # w's batch broadcast against x's
+    q1 = make((1, 64, 128), 64, 4, dtype=mx.float16)
+    check_qmm(xs((2, M, 128), mx.float16), q1, 64, 4, what="w (1,N,K) vs x (2,M,K)")
+
+
+def test_vector_x(gpu_runtime):
+    q = make((64, 128), 32, 4)
+    check_qmm(xs((128,), F32), q, 32, 4, what="x (K,)")
+
+
+@pytest.mark.parametrize("kind", ["transposed_batch", "row_stride", "misaligned", "strided_k"])
+@pytest.mark.parametrize("M", [2, 36])
+def test_noncontiguous_x(gpu_runtime, kind, M):
+    K = 128
+    q = make((48, K), 64, 4, dtype=mx.bfloat16)
+    if kind == "transposed_batch":
+        x = mx.swapaxes(xs((M, 2, K), mx.bfloat16), 0, 1)                  # (2, M, K), batch stride K
+    elif kind == "row_stride":
+        x = xs((M, 2 * K), mx.bfloat16)[:, :K]
+    elif kind == "misaligned":
+        x = xs((M, K + 3), mx.bfloat16)[:, 3:]                            # base not 16-byte aligned
+    else:
+        x = xs((M, 2 * K), mx.bfloat16)[:, ::2]                           # copied first
+    check_qmm(x, q, 64, 4, what=kind)
+
+
+def test_infinite_x_matches_mlx(gpu_runtime, wave):
+    q = make((16, 64), 64, 4)
+    x = xs((1, 64), F32)
+    x = mx.where(mx.arange(64) == 5, mx.array(float("inf")), x)
+    # with an infinite x MLX's order (x times each dequantized weight) gives +-inf, not NaN
+    check_qmm(x, q, 64, 4, what="inf in x")
+
+
+# --- mlx-lm style ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+@pytest.mark.parametrize("M", [1, 40])
+def test_quantized_linear(gpu_runtime, dt, M):
+    mx.random.seed(3)
+    lin = nn.Linear(256, 96, bias=True)
+    lin.set_dtype(DT[dt])
+    ql = nn.QuantizedLinear.from_linear(lin, group_size=64, bits=4)
+    mx.eval(ql.parameters())
+    x = xs((2, M, 256), DT[dt])
+    rt, at = TOL[DT[dt]]
+
+    def ref(x):
+        d = mx.dequantize(ql.weight, ql.scales.astype(F32), ql.biases.astype(F32), group_size=64, bits=4)
+        return (x.astype(F32) @ d.T + ql.bias.astype(F32)).astype(x.dtype)
+
+    check_gpu(ql, x, prims=QMM, ref_fn=ref, rtol=rt, atol=at, what=f"QuantizedLinear {dt} M={M}")
+
+
+@pytest.mark.parametrize("mode,gs,bits", [("affine", 64, 4), ("affine", 32, 8), ("mxfp4", 32, 4)])
+@pytest.mark.parametrize("sorted_", [False, True])
+def test_gather_qmm(gpu_runtime, wave, mode, gs, bits, sorted_):
+    E, N, K, T, k = 4, 40, 128, 6, 2
+    q = make((E, N, K), gs, bits, mode, dtype=mx.bfloat16)
+    rng = np.random.default_rng(5)
+    idx = mx.array(rng.integers(0, E, (T, k)).astype(np.uint32))
+    x = xs((T, 1, 1, K), mx.bfloat16)                  # SwitchGLU: (tokens, 1, M=1, K)
+    if sorted_:                                        # SwitchGLU's sorted path for long prompts
+        order = mx.argsort(idx.flatten())
+        idx_s = idx.flatten()[order]
+        x = x.reshape(T, 1, K)[order // k]             # (T*k, 1, K)
+        args = (x, idx_s)
+    else:
+        args = (x, idx)
+
+    def f(x, i, w, *sb):
+        return mx.gather_qmm(x, w, *sb, rhs_indices=i, transpose=True, group_size=gs, bits=bits, mode=mode,
+                             sorted_indices=sorted_)
+
+    def ref(x, i, w, *sb):
+        sb = tuple(a.astype(F32) for a in sb) if mode == "affine" else sb
+        d = mx.dequantize(w, *sb, group_size=gs, bits=bits, mode=mode, dtype=F32)[i]   # (..., N, K)
+        return (x.astype(F32) @ mx.swapaxes(d, -1, -2)).astype(x.dtype)
+
+    rt, at = TOL[mx.bfloat16]
+    check_gpu(f, *args, *q, prims=("GatherQMM",), ref_fn=ref, rtol=rt, atol=at, what=f"gather {mode} s={sorted_}")
+
+
+def test_gather_qmm_lhs_indices(gpu_runtime):
+    q = make((3, 32, 64), 64, 4)
+    x = xs((5, 2, 64), F32)                            # 5 batches of M=2
+    lhs = mx.array(np.array([4, 0, 2, 2], np.uint32))
+    rhs = mx.array(np.array([1, 2, 0, 1], np.uint32))
+
+    def f(x, l, r, w, s, b):
+        return mx.gather_qmm(x, w, s, b, lhs_indices=l, rhs_indices=r, transpose=True, group_size=64, bits=4)
+
+    def ref(x, l, r, w, s, b):
+        d = mx.dequantize(w, s, b, group_size=64, bits=4)[r]
+        return x[l] @ mx.swapaxes(d, -1, -2)
+
+    check_gpu(f, x, lhs, rhs, *q, prims=("GatherQMM",), ref_fn=ref, rtol=1e-4, atol=1e-4, what="lhs+rhs")
+
+
+# --- quantize: bit for bit --------------------------------------------------------------------
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, 8])
+@pytest.mark.parametrize("gs", [32, 64, 128])
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_quantize_bit_exact(gpu_runtime, bits, gs, dt):
+    mx.random.seed(bits + gs)
+    w = (mx.random.normal((2, 24, 256)) * 2).astype(DT[dt])
+    # a flat group, a zero group and a one-sided group
+    w = mx.concatenate([w, mx.full((2, 1, 256), 1.5, DT[dt]), mx.zeros((2, 1, 256), DT[dt]),
+                        mx.abs(w[:, :1])], axis=1)
+    mx.eval(w)
+    check_gpu(lambda a: mx.quantize(a, group_size=gs, bits=bits), w, prims=("fast::Quantize",),
+              rtol=0, atol=0, what=f"quantize {bits}b g{gs} {dt}")
+
+
+def test_quantize_transposed_input(gpu_runtime):
+    w = mx.swapaxes(xs((128, 64), F32), 0, 1)          # (64, 128), not row-contiguous
+    check_gpu(lambda a: mx.quantize(a, group_size=64, bits=4), w, prims=("fast::Quantize",), rtol=0, atol=0)
+
+
+def test_quantize_then_matmul_on_gpu(gpu_runtime):
+    # the whole mlx-lm conversion + forward path stays on the GPU
+    w = xs((64, 128), mx.float16)
+    x = xs((1, 128), mx.float16)
+
+    def f(w, x):
+        q = mx.quantize(w, group_size=64, bits=4)
+        return mx.quantized_matmul(x, *q, transpose=True, group_size=64, bits=4)
+
+    def ref(w, x):
+        q = mx.quantize(w, group_size=64, bits=4)
+        d = mx.dequantize(q[0], q[1].astype(F32), q[2].astype(F32), group_size=64, bits=4)
+        return (x.astype(F32) @ d.T).astype(x.dtype)
+
+    check_gpu(f, w, x, prims=("fast::Quantize", "QuantizedMatmul"), ref_fn=ref, rtol=5e-3, atol=5e-3)
+
+
+# --- ConvertFP8: bit for bit ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_to_fp8(gpu_runtime, dt):
+    rng = np.random.default_rng(7)
+    v = rng.standard_normal(5000).astype(np.float32) * 10.0 ** rng.integers(-9, 4, 5000)
+    v = np.concatenate([v, np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 448, 464, 463.9, 1e30, 2.0 ** -9,
+                                     3 * 2.0 ** -10, 0.9 * 2.0 ** -6], np.float32)])
+    a = mx.array(v).astype(DT[dt])
+    mx.eval(a)
+    check_gpu(mx.to_fp8, a, prims=("fast::ConvertFP8",), rtol=0, atol=0, what=f"to_fp8 {dt}")
+    # a transposed view is copied first
+    t = mx.swapaxes(a[:5000].reshape(100, 50), 0, 1)
+    check_gpu(mx.to_fp8, t, prims=("fast::ConvertFP8",), rtol=0, atol=0, what=f"to_fp8 {dt} transposed")
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_from_fp8(gpu_runtime, dt):
+    codes = mx.array(np.tile(np.arange(256, dtype=np.uint8), 3))
+    mx.eval(codes)
+    check_gpu(lambda c: mx.from_fp8(c, dtype=DT[dt]), codes, prims=("fast::ConvertFP8",), rtol=0, atol=0,
+              what=f"from_fp8 {dt}")

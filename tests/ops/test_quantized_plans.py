@@ -1,0 +1,507 @@
+"""Quantized plans without a GPU: the argument structs against the C header, the packing
+the kernels decode (a numpy model of their bit streams against MLX's own dequantize), the
+qmv / dequant launches executed by a numpy model of the kernels over layouts, batches,
+broadcasts and gathers, the prefill plan's renumbered GEMM, and the quantize arithmetic
+bit for bit against mx.quantize."""
+
+import os
+import shutil
+import struct
+import subprocess
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlx_amd.runtime import kernel_table as kt
+from mlx_amd.runtime.launch import Launch
+from mlx_amd.runtime.ops import quantized as Q
+from mlx_amd.runtime.plan import HostCall, Layout, Node
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODES = {"affine": 0, "mxfp4": 1, "mxfp8": 2, "nvfp4": 3}
+
+
+class Dev:
+    wave_size = 32
+    compute_units = 132
+    arch = "sm_90"
+
+
+# --- argument structs ------------------------------------------------------------------
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_arg_structs_match_header(tmp_path):
+    src = tmp_path / "s.cpp"
+    src.write_text(
+        '#include <cstdio>\n#include <cstddef>\n#include "mlxa/quantized_args.h"\n'
+        'int main(){printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu\\n", sizeof(QmvArgs), offsetof(QmvArgs, m),'
+        ' offsetof(QmvArgs, group_shift), offsetof(QmvArgs, out_shape), offsetof(QmvArgs, b_str),'
+        ' sizeof(DequantArgs), offsetof(DequantArgs, group_shift), offsetof(DequantArgs, b_str),'
+        ' sizeof(QuantizeArgs), offsetof(QuantizeArgs, group_size), sizeof(Fp8Args));}\n')
+    exe = tmp_path / "s"
+    subprocess.run(["g++", "-std=c++17", "-I", os.path.join(REPO, "hip_kernels", "include"), str(src), "-o", str(exe)],
+                   check=True)
+    got = list(map(int, subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()))
+    assert got == [Q.ARG_STRUCTS["QmvArgs"][1], 56, 136, 168, 168 + 8 * 32,
+                   Q.ARG_STRUCTS["DequantArgs"][1], 80, 88 + 3 * 32, Q.ARG_STRUCTS["QuantizeArgs"][1], 40,
+                   Q.ARG_STRUCTS["Fp8Args"][1]]
+
+
+def test_kernel_table_is_lean_and_names_planned_kernels():
+    names = set(kt.kernel_names("quantized"))
+    assert len(names) == 9 * 3 * 2 + 9 * 3 + 6 * 3 + 2 * 3
+    for fmt in kt.table("quantized").FORMATS:
+        for dt in Q.DTYPES:
+            assert kt.table("quantized").qmv_name(kt, fmt, dt, 64) in names
+            assert kt.table("quantized").dequant_name(kt, fmt, dt) in names
+
+
+# --- a numpy model of the kernels --------------------------------------------------------
+
+def unpack(words, bits, count):
+    """Values of the little-endian bit stream in uint32 ``words`` (the kernels' view)."""
+    b = np.unpackbits(np.ascontiguousarray(words, dtype="<u4").view(np.uint8), bitorder="little")
+    b = b[: count * bits].reshape(count, bits).astype(np.uint64)
+    return (b << np.arange(bits, dtype=np.uint64)).sum(1)
+
+
+def fp4(q):
+    q = q.astype(np.int64)
+    e, m = (q >> 1) & 3, q & 1
+    v = np.where(e == 0, 0.5 * m, (1 + 0.5 * m) * 2.0 ** (e - 1))
+    return np.where(q & 8, -v, v)
+
+
+def fp8(q):
+    q = q.astype(np.int64)
+    e, m = (q >> 3) & 15, q & 7
+    v = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8) * 2.0 ** (e - 7))
+    v = np.where((e == 15) & (m == 7), np.nan, v)
+    return np.where(q & 0x80, -v, v)
+
+
+def value(fmt, q):
+    if fmt.mode == 0:
+        return q.astype(np.float64)
+    return fp8(q) if fmt.mode == 2 else fp4(q)
+
+
+def scale_value(fmt, s):
+    if fmt.mode == 0:
+        return s.astype(np.float64)
+    s = s.astype(np.int64)
+    if fmt.mode == 3:
+        return fp8(s)
+    return np.where(s == 0, 2.0 ** -127, 2.0 ** (s - 127))
+
+
+def loc(i, shape, strides):
+    off = 0
+    for d in range(len(shape) - 1, -1, -1):
+        off += (i % shape[d]) * strides[d]
+        i //= shape[d]
+    return off
+
+
+QMV = struct.Struct("<7Q10q8i36q")
+DEQ = struct.Struct("<4Q6q2i16q")
+
+
+class Mem:
+    """Flat buffers per ref kind; a ref resolves to (buffer, element offset)."""
+
+    def __init__(self, ins, outs, temps=()):
+        self.bufs = {"i": ins, "o": outs, "t": list(temps)}
+
+    def get(self, ref):
+        buf = self.bufs[ref.kind][ref.index]
+        assert ref.offset % buf.itemsize == 0
+        return buf, ref.offset // buf.itemsize
+
+
+def decode_rows(fmt, W, woff, w_row, S, soff, s_row, B, boff, b_row, rows, cols, gshift):
+    """dequant(w) rows x cols as the kernels compute it (float64)."""
+    nw = cols * fmt.bits // 32
+    out = np.empty((rows, cols))
+    g = np.arange(cols) >> gshift
+    for r in range(rows):
+        q = unpack(W[woff + r * w_row + np.arange(nw)], fmt.bits, cols)
+        sc = scale_value(fmt, S[soff + r * s_row + g])
+        out[r] = sc * value(fmt, q) + (B[boff + r * b_row + g].astype(np.float64) if fmt.mode == 0 else 0.0)
+    return out
+
+
+def run_qmv(lau, fmt, mem):
+    f = QMV.unpack(lau.args((0,) * 7))
+    m, n, k, batch, x_row, w_row, s_row, b_row, x_count, w_count = f[7:17]
+    gshift, nb, x_nb, w_nb, _xv, _wv, gather, ks = f[17:25]
+    arr = [f[25 + 4 * i: 29 + 4 * i] for i in range(9)]
+    out_shape, lhs_str, rhs_str, x_shape, x_str, w_shape, w_str, s_str, b_str = arr
+    (X, xo), (W, wo), (S, so), (B, bo), (L, lo), (R, ro), (O, oo) = [mem.get(r) for r in lau.refs]
+    assert ks in (1, 2, 4) and lau.grid[0] == -(-n // (Q.QMV_WAVES // ks * Q.QMV_ROWS)) * m
+    for b in range(batch):
+        xi, wi = b, b
+        if gather:
+            xi = min(int(L[lo + loc(b, out_shape[:nb], lhs_str)]), x_count - 1)
+            wi = min(int(R[ro + loc(b, out_shape[:nb], rhs_str)]), w_count - 1)
+        xb = xo + loc(xi, x_shape[:x_nb], x_str)
+        deq = decode_rows(fmt, W, wo + loc(wi, w_shape[:w_nb], w_str), w_row, S, so + loc(wi, w_shape[:w_nb], s_str),
+                          s_row, B, bo + loc(wi, w_shape[:w_nb], b_str), b_row, n, k, gshift)
+        for mm in range(m):
+            xr = X[xb + mm * x_row + np.arange(k)].astype(np.float64)
+            O[oo + (b * m + mm) * n + np.arange(n)] = deq @ xr
+
+
+def run_dequant(lau, fmt, mem):
+    f = DEQ.unpack(lau.args((0,) * 4))
+    total, rows, cols, w_row, s_row, b_row, gshift, nb = f[4:12]
+    shape, w_str, s_str, b_str = [f[12 + 4 * i: 16 + 4 * i] for i in range(4)]
+    (W, wo), (S, so), (B, bo), (O, oo) = [mem.get(r) for r in lau.refs]
+    nbat = total // (rows * (cols // fmt.cv))
+    for bt in range(nbat):
+        d = decode_rows(fmt, W, wo + loc(bt, shape[:nb], w_str), w_row, S, so + loc(bt, shape[:nb], s_str), s_row,
+                        B, bo + loc(bt, shape[:nb], b_str), b_row, rows, cols, gshift)
+        O[oo + bt * rows * cols + np.arange(rows * cols)] = d.ravel()
+
+
+# --- inputs ---------------------------------------------------------------------------------
+
+def np_of(a):
+    a = a.astype(mx.float32) if a.dtype in (mx.float16, mx.bfloat16) else a
+    return np.array(a)
+
+
+def quantized(shape, gs, bits, mode, dtype=mx.float32, seed=0):
+    mx.random.seed(seed)
+    w = mx.random.normal(shape).astype(dtype)
+    r = mx.quantize(w, group_size=gs, bits=bits, mode=mode)
+    mx.eval(*r)
+    return r
+
+
+def layout_of(arr: np.ndarray, dtype: str):
+    """Layout of a numpy view, with its flat base buffer (element 0 at offset 0)."""
+    base = arr
+    while base.base is not None and isinstance(base.base, np.ndarray):
+        base = base.base
+    isz = arr.itemsize
+    strides = tuple(s // isz for s in arr.strides)
+    off = (arr.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // isz
+    flat = base.reshape(-1)[off:] if base.flags.c_contiguous else np.ascontiguousarray(base).reshape(-1)[off:]
+    return Layout.strided(arr.shape, strides, dtype), flat
+
+
+FORMATS = [("affine", 4, 64), ("affine", 8, 32), ("affine", 2, 128), ("affine", 3, 64), ("affine", 5, 32),
+           ("affine", 6, 64), ("mxfp4", 4, 32), ("mxfp8", 8, 32), ("nvfp4", 4, 16)]
+
+
+@pytest.mark.parametrize("mode,bits,gs", FORMATS)
+def test_bit_stream_model_matches_mlx_dequantize(mode, bits, gs):
+    wq, sc, *rest = quantized((12, 256), gs, bits, mode)
+    f = Q.fmt_for(gs, bits, MODES[mode])
+    assert f is not None
+    bi = rest[0] if rest else sc
+    ref = np_of(mx.dequantize(wq, sc, *rest, group_size=gs, bits=bits, mode=mode))
+    s_flat = np.array(sc).ravel() if mode != "affine" else np_of(sc).ravel()
+    got = decode_rows(f, np.array(wq).ravel(), 0, wq.shape[1], s_flat, 0, sc.shape[1], np_of(bi).ravel(), 0,
+                      bi.shape[1], 12, 256, f.shift)
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+
+
+def _qmm_node(x_np, x_dt, wq, sc, bi, gs, bits, mode, transpose, out_shape):
+    ins, bufs = [], []
+    for a, dt in ((x_np, x_dt), (wq, "uint32"), (sc, "uint8" if mode else x_dt)) + (((bi, x_dt),) if mode == 0 else ()):
+        lay, flat = layout_of(a, dt)
+        ins.append(lay)
+        bufs.append(flat)
+    node = Node("QuantizedMatmul", (gs, bits, mode, transpose), tuple(ins), (Layout.row_major(out_shape, x_dt),))
+    return node, bufs
+
+
+def _ref_qmm(x, deq, transpose):
+    return np.matmul(x.astype(np.float64), np.swapaxes(deq, -1, -2) if transpose else deq)
+
+
+@pytest.mark.parametrize("mode,bits,gs", FORMATS)
+@pytest.mark.parametrize("M", [1, 3, 8])
+def test_qmv_plan_model(mode, bits, gs, M):
+    N, K = 37, 256          # N not a multiple of the 16 rows of a block
+    wq, sc, *rest = quantized((N, K), gs, bits, mode, seed=M)
+    m = MODES[mode]
+    deq = np_of(mx.dequantize(wq, sc, *rest, group_size=gs, bits=bits, mode=mode))
+    x = np.random.default_rng(M).standard_normal((M, K)).astype(np.float32)
+    sc_np = np.array(sc) if m else np_of(sc)
+    bi_np = np_of(rest[0]) if rest else None
+    node, bufs = _qmm_node(x, "float32", np.array(wq), sc_np, bi_np, gs, bits, m, True, (M, N))
+    plan = Q.plan_node(node, Dev())
+    assert plan is not None and len(plan.steps) == 1 and not plan.temps
+    out_buf = np.full(M * N, np.nan)
+    run_qmv(plan.steps[0], Q.fmt_for(gs, bits, m), Mem(bufs + [bufs[0], bufs[0]], [out_buf]))
+    np.testing.assert_allclose(out_buf.reshape(M, N), _ref_qmm(x, deq, True), rtol=1e-5, atol=1e-4)
+
+
+def test_qmv_batched_broadcast_and_strided_x():
+    gs, bits = 64, 4
+    wq, sc, bi = quantized((3, 20, 128), gs, bits, "affine")
+    deq = np_of(mx.dequantize(wq, sc, bi, group_size=gs, bits=bits))
+    rng = np.random.default_rng(1)
+    # x: (2, 3, 2, 128) viewed with a transposed batch and a row stride of 256
+    xb = rng.standard_normal((3, 2, 2, 256)).astype(np.float32)
+    x = xb.transpose(1, 0, 2, 3)[..., :128]
+    w_b = np.broadcast_to(np.array(wq), (2, 3, 20, 16))
+    s_b = np.broadcast_to(np_of(sc), (2, 3, 20, 2))
+    b_b = np.broadcast_to(np_of(bi), (2, 3, 20, 2))
+    node, bufs = _qmm_node(x, "float32", w_b, s_b, b_b, gs, bits, 0, True, (2, 3, 2, 20))
+    plan = Q.plan_node(node, Dev())
+    assert plan is not None and len(plan.steps) == 1
+    out_buf = np.full(2 * 3 * 2 * 20, np.nan)
+    run_qmv(plan.steps[0], Q.fmt_for(gs, bits, 0), Mem(bufs + [bufs[0], bufs[0]], [out_buf]))
+    ref = _ref_qmm(x, np.broadcast_to(deq, (2, 3, 20, 128)), True)
+    np.testing.assert_allclose(out_buf.reshape(2, 3, 2, 20), ref, rtol=1e-5, atol=1e-4)
+
+
+def test_x_with_strided_last_axis_is_copied_first():
+    wq, sc, bi = quantized((16, 64), 64, 4, "affine")
+    x = np.zeros((2, 128), np.float32)[:, ::2]
+    node, _ = _qmm_node(x, "float32", np.array(wq), np_of(sc), np_of(bi), 64, 4, 0, True, (2, 16))
+    plan = Q.plan_node(node, Dev())
+    assert plan is not None and len(plan.steps) == 2 and plan.temps == (2 * 64 * 4,)
+    assert plan.steps[0].family == "copy" and plan.steps[1].refs[0] == ("t", 0, 0)
+
+
+@pytest.mark.parametrize("mode,bits,gs", [("affine", 4, 64), ("affine", 3, 32), ("mxfp4", 4, 32), ("nvfp4", 4, 16)])
+def test_gather_plan_model(mode, bits, gs):
+    E, N, K = 4, 24, 128
+    m = MODES[mode]
+    wq, sc, *rest = quantized((E, N, K), gs, bits, mode)
+    deq = np_of(mx.dequantize(wq, sc, *rest, group_size=gs, bits=bits, mode=mode))
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((5, 1, 1, K)).astype(np.float32)       # (tokens, 1, M=1, K)
+    rhs = rng.integers(0, E, (5, 2)).astype(np.uint32)              # top-2 experts
+    lhs = np.broadcast_to(np.arange(5, dtype=np.uint32)[:, None], (5, 2))
+    sc_np = np.array(sc) if m else np_of(sc)
+    ins, bufs = [], []
+    arrays = [(x, "float32"), (np.array(wq), "uint32"), (sc_np, "uint8" if m else "float32")]
+    if m == 0:
+        arrays.append((np_of(rest[0]), "float32"))
+    arrays += [(lhs, "uint32"), (rhs, "uint32")]
+    for a, dt in arrays:
+        lay, flat = layout_of(a, dt)
+        ins.append(lay)
+        bufs.append(flat)
+    node = Node("GatherQMM", (gs, bits, m, True, False, False), tuple(ins),
+                (Layout.row_major((5, 2, 1, N), "float32"),))
+    plan = Q.plan_node(node, Dev())
+    assert plan is not None and len(plan.steps) == 1
+    out_buf = np.full(5 * 2 * N, np.nan)
+    # (the fp modes have no biases input: their refs point at the scales instead)
+    run_qmv(plan.steps[0], Q.fmt_for(gs, bits, m), Mem(bufs, [out_buf]))
+    ref = np.stack([np.stack([deq[rhs[t, j]] @ x[t, 0, 0] for j in range(2)]) for t in range(5)])
+    np.testing.assert_allclose(out_buf.reshape(5, 2, N), ref, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+@pytest.mark.parametrize("mode,bits,gs", [("affine", 4, 64), ("affine", 6, 32), ("mxfp8", 8, 32)])
+def test_prefill_plan_dequantizes_and_renumbers_the_gemm(mode, bits, gs, transpose):
+    m = MODES[mode]
+    N, K, M = (48 if transpose else 128), 128, 33    # the packed axis is a multiple of the group
+    wshape = (2, N, K) if transpose else (2, K, N)
+    wq, sc, *rest = quantized(wshape, gs, bits, mode)
+    deq = np_of(mx.dequantize(wq, sc, *rest, group_size=gs, bits=bits, mode=mode))
+    x = np.zeros((2, M, K), np.float32)
+    sc_np = np.array(sc) if m else np_of(sc)
+    node, bufs = _qmm_node(x, "float32", np.array(wq), sc_np, np_of(rest[0]) if rest else None, gs, bits, m,
+                           transpose, (2, M, N))
+    plan = Q.plan_node(node, Dev())
+    assert plan is not None
+    deq_l = plan.steps[0]
+    assert deq_l.kernel.startswith("quantized_dequant_") and plan.temps[0] == 2 * N * K * 4
+    temp = np.full(2 * N * K, np.nan)
+    run_dequant(deq_l, Q.fmt_for(gs, bits, m), Mem(bufs if m == 0 else bufs + [bufs[2]], [], [temp]))
+    p = Q._problem(node, False)
+    _, _, _, b_lay, _ = Q.prefill_operands(p, Dev())
+    B = np.lib.stride_tricks.as_strided(temp, b_lay.shape, tuple(s * 8 for s in b_lay.strides))
+    np.testing.assert_allclose(B, np.swapaxes(deq, -1, -2) if transpose else deq, rtol=1e-6, atol=1e-6)
+    # the GEMM reads x (input 0) and the temporary, never w/scales/biases
+    for st in plan.steps[1:]:
+        refs = st.refs if isinstance(st, (Launch, HostCall)) else (st.ref,)
+        for r in refs:
+            assert r.kind != "i" or r.index == 0, (st, r)
+    assert any(isinstance(st, HostCall) and st.refs[1] == ("t", 0, 0) for st in plan.steps[1:]) or \
+        any(isinstance(st, Launch) and ("t", 0, 0) in st.refs for st in plan.steps[1:])
+
+
+def test_prefill_keeps_broadcast_w_batch_broadcast():
+    wq, sc, bi = quantized((64, 128), 64, 4, "affine")
+    x = np.zeros((3, 16, 128), np.float32)
+    w_b = np.broadcast_to(np.array(wq), (3, 64, 16))
+    s_b = np.broadcast_to(np_of(sc), (3, 64, 2))
+    b_b = np.broadcast_to(np_of(bi), (3, 64, 2))
+    node, _ = _qmm_node(x, "float32", w_b, s_b, b_b, 64, 4, 0, True, (3, 16, 64))
+    plan = Q.plan_node(node, Dev())
+    assert plan is not None and plan.temps[0] == 64 * 128 * 4        # one copy, not three
+
+
+def test_unsupported_is_none():
+    wq, sc, bi = quantized((16, 64), 64, 4, "affine")
+    x = np.zeros((1, 64), np.float32)
+    # scales in another dtype than x
+    node, _ = _qmm_node(x, "float32", np.array(wq), np_of(sc).astype(np.float16), np_of(bi), 64, 4, 0, True, (1, 16))
+    node = Node(node.prim, node.params, (node.ins[0], node.ins[1], Layout.row_major((16, 1), "float16"), node.ins[3]),
+                node.outs)
+    assert Q.plan_node(node, Dev()) is None
+    # group size MLX's CPU does not take for affine
+    node, _ = _qmm_node(x, "float32", np.array(wq), np_of(sc), np_of(bi), 64, 4, 0, True, (1, 16))
+    assert Q.plan_node(Node(node.prim, (16, 4, 0, True), node.ins, node.outs), Dev()) is None
+    assert Q.plan_node(Node(node.prim, (64, 7, 0, True), node.ins, node.outs), Dev()) is None
+    # integer x
+    ins = (Layout.row_major((1, 64), "int32"),) + node.ins[1:]
+    assert Q.plan_node(Node(node.prim, node.params, ins, (Layout.row_major((1, 16), "int32"),)), Dev()) is None
+    # quantize: dequantize direction / fp modes are not ours
+    q = Node("fast::Quantize", (None, 64, 4, 1, False), (Layout.row_major((4, 64), "float32"),),
+             (Layout.row_major((4, 8), "uint32"), Layout.row_major((4, 2), "uint8")))
+    assert Q.plan_node(q, Dev()) is None
+
+
+def test_empty_x_is_planned_without_kernels():
+    # (MLX's CPU kernel divides by M * K and dies of SIGFPE on an empty x: never fall back)
+    wq, sc, bi = quantized((16, 64), 64, 4, "affine")
+    x = np.zeros((0, 64), np.float32)
+    node, _ = _qmm_node(x, "float32", np.array(wq), np_of(sc), np_of(bi), 64, 4, 0, True, (0, 16))
+    assert Q.plan_node(node, Dev()).steps == ()
+
+
+def test_ksplit_for_long_rows():
+    dev = Dev()
+    assert Q.qmv_ksplit(14336, 1, 4096 // 32, dev) == 2       # 3584 row groups, 4224 waves wanted
+    assert Q.qmv_ksplit(4096, 1, 14336 // 32, dev) == 4
+    assert Q.qmv_ksplit(14336, 8, 4096 // 32, dev) == 1
+    assert Q.qmv_ksplit(64, 1, 128 // 32, dev) == 1             # short rows: no idle waves
+    wq, sc, bi = quantized((16, 8192), 64, 4, "affine")
+    x = np.random.default_rng(0).standard_normal((1, 8192)).astype(np.float32)
+    node, bufs = _qmm_node(x, "float32", np.array(wq), np_of(sc), np_of(bi), 64, 4, 0, True, (1, 16))
+    plan = Q.plan_node(node, dev)
+    assert QMV.unpack(plan.steps[0].args((0,) * 7))[24] == 4
+    out_buf = np.full(16, np.nan)
+    run_qmv(plan.steps[0], Q.fmt_for(64, 4, 0), Mem(bufs + [bufs[0], bufs[0]], [out_buf]))
+    deq = np_of(mx.dequantize(wq, sc, bi, group_size=64, bits=4))
+    np.testing.assert_allclose(out_buf, deq @ x[0], rtol=1e-5, atol=1e-4)
+
+
+def test_plans_are_deterministic_and_hashable():
+    wq, sc, bi = quantized((16, 64), 64, 4, "affine")
+    x = np.zeros((1, 64), np.float32)
+    node, _ = _qmm_node(x, "float32", np.array(wq), np_of(sc), np_of(bi), 64, 4, 0, True, (1, 16))
+    a, b = Q.plan_node(node, Dev()), Q.plan_node(node, Dev())
+    assert a == b and hash(a.steps) == hash(b.steps)
+
+
+# --- quantize: MLX's arithmetic, bit for bit ---------------------------------------------
+
+def quantize_model(w, gs, bits):
+    """The kernel's per-group arithmetic in float32 (numpy), packed as the kernel packs."""
+    f32 = np.float32
+    g = w.astype(f32).reshape(-1, gs)
+    n_bins, eps = f32((1 << bits) - 1), f32(1e-7)
+    w_max, w_min = g.max(1), g.min(1)
+    mask = np.abs(w_min) > np.abs(w_max)
+    scale = ((w_max - w_min) / n_bins).astype(f32)
+    scale = np.where(scale < eps, eps, scale).astype(f32)
+    scale = np.where(mask, scale, -scale).astype(f32)
+    edge = np.where(mask, w_min, w_max).astype(f32)
+    q0 = np.rint((edge / scale).astype(f32))
+    nz = q0 != 0
+    scale = np.where(nz, (edge / np.where(nz, q0, f32(1))).astype(f32), scale).astype(f32)
+    bias = np.where(nz, edge, f32(0)).astype(f32)
+    e = np.rint(((g - bias[:, None]).astype(f32) / scale[:, None]).astype(f32))
+    e = np.clip(e, 0, n_bins).astype(np.uint64)
+    bitsarr = ((e[..., None] >> np.arange(bits, dtype=np.uint64)) & 1).astype(np.uint8).reshape(-1)
+    words = np.packbits(bitsarr, bitorder="little").view("<u4")
+    return words, scale, bias
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, 8])
+@pytest.mark.parametrize("gs", [32, 64, 128])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_quantize_arithmetic_matches_mlx(bits, gs, dtype):
+    mx.random.seed(bits * gs)
+    w = (mx.random.normal((8, 256)) * 3).astype(getattr(mx, dtype))
+    w = mx.concatenate([w, mx.zeros((1, 256), w.dtype), mx.full((1, 256), 2.5, w.dtype)])  # flat groups
+    wq, sc, bi = mx.quantize(w, group_size=gs, bits=bits)
+    words, scale, bias = quantize_model(np_of(w), gs, bits)
+    np.testing.assert_array_equal(np.array(wq).ravel(), words)
+    # scales/biases are rounded to the input dtype by the kernel (cast<T>)
+    np.testing.assert_array_equal(np_of(sc).ravel(), np_of(mx.array(scale).astype(w.dtype)).ravel())
+    np.testing.assert_array_equal(np_of(bi).ravel(), np_of(mx.array(bias).astype(w.dtype)).ravel())
+
+
+def test_quantize_plan():
+    q = Node("fast::Quantize", (None, 64, 3, 0, False), (Layout.row_major((6, 128), "bfloat16"),),
+             (Layout.row_major((6, 12), "uint32"), Layout.row_major((6, 2), "bfloat16"),
+              Layout.row_major((6, 2), "bfloat16")))
+    plan = Q.plan_node(q, Dev())
+    (lau,) = plan.steps
+    assert lau.kernel == "quantized_quantize_a3_bfloat16_bfloat16"
+    assert struct.unpack("<q2i", lau.tail) == (12, 64, 0)
+    assert lau.refs == (("i", 0, 0), ("o", 0, 0), ("o", 1, 0), ("o", 2, 0))
+    # a transposed input is copied row-contiguous first
+    t = Layout.strided((6, 128), (1, 6), "bfloat16")
+    plan = Q.plan_node(Node(q.prim, q.params, (t,), q.outs), Dev())
+    assert len(plan.steps) == 2 and plan.temps == (6 * 128 * 2,)
+
+
+# --- ConvertFP8: MLX's rounding, bit for bit ---------------------------------------------
+
+def to_e4m3_model(f):
+    """The kernel's float -> e4m3 bit manipulation (numpy, uint32 arithmetic)."""
+    bits = np.asarray(f, np.float32).view(np.uint32).astype(np.uint64)
+    sign = bits & 0x80000000
+    bits = bits ^ sign
+    dm = np.float32(np.uint32(141 << 23).view(np.float32))
+    low = ((bits.astype(np.uint32).view(np.float32) + dm).view(np.uint32).astype(np.uint64) - (141 << 23)) & 0xFF
+    high = (((bits + ((-(120 << 23)) & 0xFFFFFFFF) + 0x7FFFF + ((bits >> 20) & 1)) & 0xFFFFFFFF) >> 20) & 0xFF
+    r = np.where(bits >= (543 << 21), 0x7E, np.where(bits < (121 << 23), low, high))
+    return (r | (sign >> 24)).astype(np.uint8)
+
+
+def from_e4m3_model(x):
+    x = np.asarray(x, np.uint32)
+    v = x & 127
+    u = ((v << 7) | (((v + 1) >> 7) << 14) | ((x & 128) << 8)).astype(np.uint16)
+    return u.view(np.float16).astype(np.float32) * np.float32(256)
+
+
+def test_to_fp8_model_matches_mlx():
+    rng = np.random.default_rng(0)
+    vals = np.concatenate([
+        rng.standard_normal(4000).astype(np.float32) * 10.0 ** rng.integers(-10, 4, 4000),
+        np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 448, 464, 463.9, 480, 1e30, 2.0 ** -9, 2.0 ** -10,
+                  3 * 2.0 ** -10, 2.0 ** -6, 0.9 * 2.0 ** -6], np.float32),
+        np.arange(0, 256, dtype=np.uint32).astype(np.uint8).view(np.uint8).astype(np.float32) / 7])
+    for dt in (mx.float32, mx.bfloat16, mx.float16):
+        a = mx.array(vals).astype(dt)
+        got = to_e4m3_model(np_of(a))
+        np.testing.assert_array_equal(got, np.array(mx.to_fp8(a)))
+
+
+def test_from_fp8_model_matches_mlx():
+    codes = np.arange(256, dtype=np.uint8)
+    ref = np_of(mx.from_fp8(mx.array(codes), dtype=mx.float32))
+    got = from_e4m3_model(codes)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    ok = ~np.isnan(ref)
+    np.testing.assert_array_equal(got[ok].view(np.uint32), ref[ok].view(np.uint32))
+
+
+def test_fp8_plans():
+    x = Layout.row_major((3, 50), "bfloat16")
+    p = Q.plan_node(Node("fast::ConvertFP8", (True,), (x,), (Layout.row_major((3, 50), "uint8"),)), Dev())
+    (lau,) = p.steps
+    assert lau.kernel == "quantized_fp8_to_bfloat16_uint8" and struct.unpack("<q", lau.tail) == (150,)
+    t = Layout.strided((50, 3), (1, 50), "uint8")
+    p = Q.plan_node(Node("fast::ConvertFP8", (False,), (t,), (Layout.row_major((50, 3), "float16"),)), Dev())
+    assert len(p.steps) == 2 and p.steps[1].kernel == "quantized_fp8_from_uint8_float16" and p.temps == (150,)
+    # integers are not MLX's fp8 sources
+    assert Q.plan_node(Node("fast::ConvertFP8", (True,), (Layout.row_major((4,), "int32"),),
+                            (Layout.row_major((4,), "uint8"),)), Dev()) is None
