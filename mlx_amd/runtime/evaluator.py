@@ -374,10 +374,16 @@ class Evaluator:
             for key, lo, hi in written:
                 written_fn(key, None if lo < 0 else (lo, hi))
 
-        def node_cb(n, written):
+        rerecorded = []
+
+        def node_cb(n, written, rerecord):
+            # rerecord: the node's plan could rebind to new shapes but not to these: its new
+            # plan becomes the recording (an SDPA decode past its planned split count)
             apply(written)
             prim, params, ins, outs = g.node(n)
-            return list(self._node(g, metas, n, prim, params, ins, outs))
+            if rerecord:
+                rerecorded.append(n)
+            return list(self._node(g, metas, n, prim, params, ins, outs, prog if rerecord else None))
 
         def error_cb(n, status, fn, grid, block, args, shared_mem):
             self.driver.launch_failed(status, ctypes.c_void_p(fn), grid, block, args, shared_mem, stream)
@@ -404,6 +410,8 @@ class Evaluator:
             name, k = known.kinds[n]
             if k != "python":
                 by_prim[name][k] -= 1
+        if rerecorded:
+            known.refresh()
         if len(python_nodes) * 2 > len(prog):   # mostly different from the recording
             self.programs.pop(prog.fingerprint, None)
         freed = _bridge.drain_freed()
@@ -504,7 +512,8 @@ class Evaluator:
             steps += convert(init, j)
         steps += convert(plan.steps, -1)
         written = [w for w in plan.written] if plan.written else []
-        prog.set_gpu(i, tuple(out_nbytes), [tuple(d) for d in plan.donate], written, steps, total)
+        prog.set_gpu(i, tuple(out_nbytes), [tuple(d) for d in plan.donate], written, steps, total,
+                     plan.rebind)
 
     def run_plan(self, plan, in_ptrs, out_ptrs, donated=None):
         """Queue a plan's steps on given device addresses: temporaries from the pool for the
@@ -575,6 +584,10 @@ class _Program:
         self.program, self.sizes, self.kinds = program, sizes, kinds
         # what a replay adds to the statistics (nodes handed back to Python count there)
         self.counts = tuple(collections.Counter(nk for nk in kinds if nk[1] != "python").items())
+
+    def refresh(self):
+        """After nodes were recorded again: their outputs and kinds may have changed."""
+        self.__init__(self.program, self.program.buffer_sizes(), self.program.kinds())
 
 
 class _Metas:

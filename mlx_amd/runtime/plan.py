@@ -22,6 +22,9 @@ every family:
                   starts from). ``Plan.written`` narrows which bytes of an output the
                   steps changed when it was donated (a KV-cache slice update writes back
                   its slice, not the cache).
+* rebind          optional: the same steps' grids and argument tails for other input
+                  shapes, so a replayed node whose shapes move every step (SDPA decode at a
+                  growing KV length) need not be planned again.
 
 A buffer reference ``Ref`` is ``(kind, index, byte_offset)`` with kind ``"i"`` (input),
 ``"o"`` (output) or ``"t"`` (temporary). Input addresses already point at the input's
@@ -159,6 +162,10 @@ class Plan:
     donate: tuple = ()                # (out_index, in_index) pairs
     init: tuple = ()                  # (out_index, steps): run when that output was not donated
     written: Optional[tuple] = None   # per output (lo, hi) bytes changed when donated; None: all
+    # For a replay (evaluator/replay.h): rebind(in_shapes, in_strides) -> [(grid, tail)] per
+    # step for the same node at other input shapes (an SDPA decode at the next KV length),
+    # or None when those shapes need another plan. Not part of the plan's identity.
+    rebind: Optional[Callable] = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self):
         for s in self.steps:

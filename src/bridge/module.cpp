@@ -117,6 +117,7 @@ NB_MODULE(_bridge, m) {
       .def("buffer_sizes", &mlx_amd::Program::buffer_sizes)
       .def_prop_ro("arena_bytes", &mlx_amd::Program::arena_bytes)
       .def("set_gpu", &mlx_amd::Program::set_gpu, "node"_a, "out_nbytes"_a,
-           "donate"_a, "written"_a, "steps"_a, "temp_bytes"_a)
+           "donate"_a, "written"_a, "steps"_a, "temp_bytes"_a,
+           "rebind"_a = nb::none())
       .def("kinds", &mlx_amd::Program::kinds);
 }

@@ -72,7 +72,8 @@ PNode& Program::at(int64_t n, const char* what) {
 }
 
 void Program::set_gpu(int64_t n, nb::tuple out_nbytes, nb::list donate,
-                      nb::list written, nb::list steps, int64_t temp_bytes) {
+                      nb::list written, nb::list steps, int64_t temp_bytes,
+                      nb::object rebind) {
   auto& pn = at(n, "set_gpu");
   if (pn.kind != PKind::Gpu) bad("set_gpu: node " + std::to_string(n) + " was not recorded as a GPU node");
   pn.out_nbytes.clear();
@@ -133,6 +134,7 @@ void Program::set_gpu(int64_t n, nb::tuple out_nbytes, nb::list donate,
     pn.steps.push_back(std::move(st));
   }
   if (temp_bytes < 0) bad("set_gpu: negative temporary size");
+  pn.rebind = rebind.is_none() ? nb::object() : rebind;
   arena_ = std::max(arena_, static_cast<size_t>(temp_bytes));
 }
 
@@ -166,6 +168,7 @@ void Graph::record(Program& prog, int64_t n, int kind) {
   pn.name = node.prim->name;
   pn.type = &typeid(a.primitive());
   pn.prim = a.primitive_ptr();
+  pn.rebind = nb::object();   // set_gpu sets it again for a GPU node
   pn.ins.clear();
   for (auto s : node.inputs) pn.ins.push_back(layout_of(*slots_[s].arr));
   pn.out_shapes.clear();
@@ -238,6 +241,8 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
   } untaken{pool, taken, unused};
   nb::list written, python_nodes;
   auto launch = reinterpret_cast<LaunchFn>(entry);
+  struct Rebound { unsigned grid[3]; std::string tail; };
+  std::vector<Rebound> rebound;   // this node's steps at its current shapes, if rebound
   std::vector<uintptr_t> in_ptrs, out_ptrs, ptrs;
   std::vector<char> donated;
   std::string blob;
@@ -249,12 +254,12 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
     *out = it->second + static_cast<uintptr_t>(a.offset());
     return true;
   };
-  auto python = [&](int64_t n) {
+  auto python = [&](int64_t n, bool rerecord) {
     python_nodes.append(n);
     // runs the node in Python (and finishes it); returns [(key, device address)]
     // of the buffers its outputs now use
     // (the write records so far go first: a CPU fallback reads what they mark stale)
-    nb::object r = node_cb(n, written);
+    nb::object r = node_cb(n, written, rerecord);
     written = nb::list();
     for (auto kv : nb::cast<nb::list>(r)) {
       auto t = nb::cast<nb::tuple>(kv);
@@ -281,25 +286,53 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
       if (try_view(n)) {
         finish(n);
       } else {
-        python(n);
+        python(n, false);
       }
       continue;
     }
-    if (same) {
-      for (size_t i = 0; i < node.inputs.size() && same; ++i) {
-        same = same_layout(pn.ins[i], *slots_[node.inputs[i]].arr);
+    bool outs_same = same;
+    for (size_t j = 0; j < node.outputs.size() && outs_same; ++j) {
+      const auto& o = *slots_[node.outputs[j]].arr;
+      outs_same = pn.out_shapes[j] == o.shape() && pn.out_dtypes[j] == o.dtype();
+    }
+    bool ins_same = outs_same;
+    for (size_t i = 0; i < node.inputs.size() && ins_same; ++i) {
+      ins_same = same_layout(pn.ins[i], *slots_[node.inputs[i]].arr);
+    }
+    // the same node at other input shapes: the plan may rebind its steps (Plan.rebind)
+    rebound.clear();
+    if (outs_same && !ins_same && pn.kind == PKind::Gpu && pn.rebind.is_valid()) {
+      nb::list shapes, strides;
+      for (auto s_in : node.inputs) {
+        const auto& in = *slots_[s_in].arr;
+        shapes.append(int_tuple(in.shape()));
+        strides.append(int_tuple(in.strides()));
       }
-      for (size_t j = 0; j < node.outputs.size() && same; ++j) {
-        const auto& o = *slots_[node.outputs[j]].arr;
-        same = pn.out_shapes[j] == o.shape() && pn.out_dtypes[j] == o.dtype();
+      nb::object r = pn.rebind(shapes, strides);
+      if (!r.is_none()) {
+        size_t main_steps = 0;
+        for (auto& st : pn.steps) main_steps += st.init_out < 0;
+        auto rl = nb::cast<nb::list>(r);
+        if (rl.size() != main_steps) bad("replay: a rebind gave the wrong number of steps");
+        for (auto item : rl) {
+          auto t = nb::cast<nb::tuple>(item);
+          auto g = nb::cast<nb::tuple>(t[0]);
+          auto tail = nb::cast<nb::bytes>(t[1]);
+          Rebound rb;
+          for (int i = 0; i < 3; ++i) rb.grid[i] = nb::cast<unsigned>(g[i]);
+          rb.tail.assign(tail.c_str(), tail.size());
+          rebound.push_back(std::move(rb));
+        }
+        ins_same = true;
       }
     }
+    same = same && outs_same && ins_same;
     in_ptrs.resize(node.inputs.size());
     for (size_t i = 0; i < node.inputs.size() && same; ++i) {
       same = address(*slots_[node.inputs[i]].arr, &in_ptrs[i]);
     }
     if (!same) {
-      python(n);
+      python(n, pn.rebind.is_valid());
       continue;
     }
     // outputs: take over a donatable input, else a buffer allocated for us
@@ -345,7 +378,10 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
         // (marked written in full when Python allocated it)
       }
     }
+    size_t main_i = 0;
     for (auto& st : pn.steps) {
+      const Rebound* rb = nullptr;
+      if (st.init_out < 0 && !rebound.empty()) rb = &rebound[main_i++];
       if (st.init_out >= 0 && donated[st.init_out]) continue;
       ptrs.clear();
       for (auto& r : st.refs) {
@@ -357,17 +393,18 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
         st.callback(int_tuple(ptrs));
         continue;
       }
-      if (st.grid[0] == 0) continue;
+      const unsigned* grid = rb ? rb->grid : st.grid;
+      if (grid[0] == 0) continue;
       blob.assign(reinterpret_cast<const char*>(ptrs.data()), ptrs.size() * sizeof(uintptr_t));
-      blob += st.tail;
+      blob += rb ? rb->tail : st.tail;
       size_t size = blob.size();
       void* extra[5] = {reinterpret_cast<void*>(1), blob.data(), reinterpret_cast<void*>(2), &size,
                         reinterpret_cast<void*>(param_end)};
-      int status = launch(reinterpret_cast<void*>(st.function), st.grid[0], st.grid[1], st.grid[2],
+      int status = launch(reinterpret_cast<void*>(st.function), grid[0], grid[1], grid[2],
                           st.block[0], st.block[1], st.block[2], st.shared_mem,
                           reinterpret_cast<void*>(stream), nullptr, size ? extra : nullptr);
       if (status) {
-        error_cb(n, status, st.function, nb::make_tuple(st.grid[0], st.grid[1], st.grid[2]),
+        error_cb(n, status, st.function, nb::make_tuple(grid[0], grid[1], grid[2]),
                  nb::make_tuple(st.block[0], st.block[1], st.block[2]),
                  nb::bytes(blob.data(), blob.size()), st.shared_mem);
         bad("replay: a launch failed and the error callback did not raise");

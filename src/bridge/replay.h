@@ -57,6 +57,8 @@ struct PNode {
   std::vector<std::pair<int32_t, int32_t>> donate;   // (output, input)
   std::vector<std::pair<int64_t, int64_t>> written;  // per output; (-1,-1): all
   std::vector<PStep> steps;
+  // Plan.rebind: (input shapes, input strides) -> [(grid, tail)] per main step, or None
+  nb::object rebind;
   nb::object name;                                   // primitive name, for stats
 };
 
@@ -70,7 +72,7 @@ class Program {
   nb::list buffer_sizes() const;
   size_t arena_bytes() const { return arena_; }
   void set_gpu(int64_t n, nb::tuple out_nbytes, nb::list donate, nb::list written,
-               nb::list steps, int64_t temp_bytes);
+               nb::list steps, int64_t temp_bytes, nb::object rebind);
   // stats: (name, kind) per node, kind "view" / "gpu" / "python"
   nb::list kinds() const;
   PNode& at(int64_t n, const char* what);

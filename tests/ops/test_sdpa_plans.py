@@ -76,7 +76,8 @@ def test_decode_plans(dt, shape, mode):
     assert p.steps[0].grid == (splits * chunks, Hkv, B)
     if splits > 1:
         assert kernels[1] == f"sdpa_combine_{dt}" and p.steps[1].grid == (B * Hq * Lq, 1, 1)
-        assert p.temps == (splits * B * Hq * Lq * D * 4, splits * B * Hq * Lq * 8)
+        cap = min(1 << (splits - 1).bit_length(), sdpa.DECODE_MAX_SPLITS)   # room to rebind
+        assert p.temps == (cap * B * Hq * Lq * D * 4, cap * B * Hq * Lq * 8)
     else:
         assert len(kernels) == 1 and p.temps == ()
 
@@ -215,3 +216,39 @@ def test_args_match_c(tmp_path):
     assert struct.unpack_from("<q", blob, c["SdpaScatterArgs.total"])[0] == 100
     assert struct.unpack_from("<i", blob, c["SdpaScatterArgs.c"])[0] == 3
     assert struct.unpack_from("<i", blob, c["SdpaScatterArgs.l0"])[0] == 7
+
+
+@pytest.mark.parametrize("mode,sinks", [("", False), ("causal", False), ("", True)])
+@pytest.mark.parametrize("Lq", [1, 4])
+def test_decode_rebind_equals_a_fresh_plan(mode, sinks, Lq):
+    # a replay rebinds the recorded plan to the next KV lengths of a decode: the grids and
+    # argument tails it gives must be exactly what planning the node afresh gives
+    base = sdpa.plan_node(node(1, 32, 8, Lq, 300, 128, mode=mode, sinks=sinks, cap=4096), props())
+    assert base.rebind is not None
+    rebound = 0
+    for Lk in list(range(290, 330)) + [511, 512, 1000, 2049, 4000]:
+        n = node(1, 32, 8, Lq, Lk, 128, mode=mode, sinks=sinks, cap=4096)
+        fresh = sdpa.plan_node(n, props())
+        got = base.rebind([x.shape for x in n.ins], [x.strides for x in n.ins])
+        if got is None:    # another split structure or more partials than planned
+            continue
+        rebound += 1
+        assert [(s.grid, s.tail) for s in fresh.steps] == got, f"Lk={Lk}"
+        assert len(fresh.temps) == len(base.temps)
+        if base.temps:     # the recorded temporaries hold this many partials
+            s0 = sdpa.decode_splits(sdpa.problem(n), props())[0]
+            rows = 32 * Lq
+            assert base.temps[0] >= s0 * rows * 128 * 4 and base.temps[1] >= s0 * rows * 2 * 4
+    assert rebound >= 30
+
+
+def test_decode_rebind_refuses_other_nodes():
+    base = sdpa.plan_node(node(1, 32, 8, 1, 300, 128, cap=4096), props())
+    other_q = node(1, 32, 8, 2, 300, 128, cap=4096)          # another query length
+    assert base.rebind([x.shape for x in other_q.ins], [x.strides for x in other_q.ins]) is None
+    other_cap = node(1, 32, 8, 1, 301, 128, cap=8192)        # other strides (cache size)
+    assert base.rebind([x.shape for x in other_cap.ins], [x.strides for x in other_cap.ins]) is None
+    masked = sdpa.plan_node(node(1, 32, 8, 1, 300, 128, mode="array", cap=4096), props())
+    if masked is not None and masked.rebind is not None:
+        n = node(1, 32, 8, 1, 301, 128, mode="array", cap=4096)
+        assert masked.rebind([x.shape for x in n.ins], [x.strides for x in n.ins]) is None

@@ -153,3 +153,30 @@ def test_same_structure_other_output_dtype_is_not_replayed_as_recorded(gpu_runti
         got, ref = both(lambda c: mx.from_fp8(c, dtype=dt), codes)
         assert got.dtype == ref.dtype == dt
         np.testing.assert_array_equal(np.array(got.astype(mx.float32)), np.array(ref.astype(mx.float32)))
+
+
+@pytest.mark.parametrize("mode", [None, "causal"])
+def test_sdpa_decode_rebinds_to_growing_kv_lengths(gpu_runtime, mode):
+    # one decode step per KV length: the recorded SDPA plan is rebound natively to each new
+    # length (new split counts included), and recorded again where its split structure
+    # changes; every step must equal plain MLX
+    # float32: MLX's CPU decomposition is then accurate enough that a wrong key count or
+    # split would show far above the tolerance
+    rng = np.random.default_rng(7)
+    K = mx.array(rng.standard_normal((1, 2, 1536, 64)).astype(np.float32))
+    V = mx.array(rng.standard_normal((1, 2, 1536, 64)).astype(np.float32))
+    q = mx.array(rng.standard_normal((1, 8, 1, 64)).astype(np.float32))
+    mx.eval(K, V, q)
+
+    def step(L):
+        o = mx.fast.scaled_dot_product_attention(q, K[:, :, :L], V[:, :, :L], scale=0.125, mask=mode)
+        return (o * 2.0).sum(axis=-1)
+
+    ev = gpu_runtime.evaluator
+    r0, p0 = ev.replays, ev.replay_python
+    lengths = list(range(100, 1536, 11))
+    for L in lengths:
+        got, ref = both(step, L)
+        assert_close(got, ref, f"L={L}", rtol=1e-4, atol=1e-4)
+    assert ev.replays - r0 >= len(lengths) - 3
+    assert ev.replay_python - p0 <= len(lengths) // 4, "SDPA decode was not rebound"

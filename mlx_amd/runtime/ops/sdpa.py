@@ -230,8 +230,12 @@ def plan_decode(node, p: Problem, device) -> Plan | None:
     mask_ref = inp(p.mask_index) if p.mask_index >= 0 else inp(0)
     sink_ref = inp(p.sink_index) if p.sink_index >= 0 else inp(0)
     temps, steps = (), []
+    cap = splits
     if splits > 1:
-        temps = (splits * rows * p.D * 4, splits * rows * 2 * 4)
+        # partials for the next power of two of splits: a replay can rebind the same plan
+        # to longer KV lengths (more splits) without other temporaries
+        cap = min(1 << (splits - 1).bit_length(), DECODE_MAX_SPLITS)
+        temps = (cap * rows * p.D * 4, cap * rows * 2 * 4)
         po, pml = tmp(0), tmp(1)
     else:
         po, pml = out(0), out(0)
@@ -244,7 +248,51 @@ def plan_decode(node, p: Problem, device) -> Plan | None:
         steps.append(Launch(FAMILY, t.combine(p.dt), (rows, 1, 1), (128, 1, 1), 0, 4,
                             combine_tail(p.sink_stride, rows, splits, p.D, p.Hq, p.Lq, p.sink_kind),
                             (tmp(0), tmp(1), sink_ref, out(0))))
-    return Plan(tuple(steps), temps=temps)
+    return Plan(tuple(steps), temps=temps, rebind=DecodeRebind(p, node.ins, device, splits, cap))
+
+
+class DecodeRebind:
+    """A decode plan's steps at another KV length (``Plan.rebind``): same node, same strides,
+    k and v longer or shorter along the sequence; None when that needs another plan (no mask
+    array, whose shape follows the length; the split count stays on the same side of 1 and
+    within the temporaries planned)."""
+
+    __slots__ = ("p", "ins", "device", "splits", "cap")
+
+    def __init__(self, p, ins, device, splits, cap):
+        self.p, self.ins, self.device, self.splits, self.cap = p, ins, device, splits, cap
+
+    def __call__(self, shapes, strides):
+        p, ins = self.p, self.ins
+        if p.mask_index >= 0 or len(shapes) != len(ins):
+            return None
+        q, k, v = ins[:3]
+        if tuple(shapes[0]) != q.shape or tuple(strides[0]) != q.strides:
+            return None
+        Lk = shapes[1][2]
+        for i, x in ((1, k), (2, v)):
+            sh = tuple(shapes[i])
+            if (tuple(strides[i]) != x.strides or len(sh) != 4 or sh[2] != Lk or sh[:2] != x.shape[:2]
+                    or sh[3] != x.shape[3]):
+                return None
+        for i in range(3, len(ins)):     # sinks
+            if tuple(shapes[i]) != ins[i].shape or tuple(strides[i]) != ins[i].strides:
+                return None
+        if Lk < 1 or (Lk > 1) != (k.shape[2] > 1) or Lk > INT32:
+            return None                   # (_vec_ok skips unit dims)
+        np_ = dataclasses.replace(p, Lk=Lk)
+        splits, kps = decode_splits(np_, self.device)
+        if (splits > 1) != (self.splits > 1) or splits > self.cap:
+            return None
+        chunks = -(-(p.G * p.Lq) // DECODE_ROWS)
+        rows = p.B * p.Hq * p.Lq
+        tail = decode_tail(q.strides, k.strides[:3], v.strides[:3], p.mask_strides, p.sink_stride, p.B,
+                           p.Hq, p.Hkv, p.Lq, Lk, kps, splits, p.mask_kind, p.sink_kind, p.causal,
+                           p.scale * math.log2(math.e))
+        out_ = [((splits * chunks, p.Hkv, p.B), tail)]
+        if splits > 1:
+            out_.append(((rows, 1, 1), combine_tail(p.sink_stride, rows, splits, p.D, p.Hq, p.Lq, p.sink_kind)))
+        return out_
 
 
 # ---- prefill ------------------------------------------------------------------------------
