@@ -2,4 +2,4 @@
 that ``mlx-amd bench`` works from an installed package; the scripts here import it from this
 module."""
 
-from mlx_amd.bench import Bench  # noqa: F401
+from mlx_amd.bench import Bench, torch_cuda  # noqa: F401

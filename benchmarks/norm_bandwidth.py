@@ -17,7 +17,7 @@ import sys
 import mlx.core as mx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Bench  # noqa: E402
+from harness import Bench, torch_cuda  # noqa: E402
 
 from mlx_amd.runtime.launch import Launch, run  # noqa: E402
 from mlx_amd.runtime.ops import norm, rope  # noqa: E402
@@ -54,12 +54,8 @@ def mlx_fn(op, n, dtype):
 
 
 def torch_fn(op, shape, dtype):
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return None, None
-    except Exception:
+    torch = torch_cuda()
+    if torch is None:
         return None, None
     t = torch.randn(shape, device="cuda", dtype=torch.float32).to(getattr(torch, dtype))
     w = torch.ones(shape[-1], device="cuda", dtype=t.dtype)

@@ -26,6 +26,18 @@ import mlx.core as mx
 REPS = 20
 
 
+def torch_cuda():
+    """PyTorch when it can use a CUDA GPU here (the reference for many rows), else None."""
+    try:
+        import torch
+    except Exception:
+        return None
+    try:
+        return torch if torch.cuda.is_available() else None
+    except Exception:
+        return None
+
+
 def _median_ms(fn, reps, warmup, sync):
     for _ in range(warmup):
         fn()

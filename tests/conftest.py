@@ -44,6 +44,13 @@ def runtime(request):
     yield from _enabled(request.param)
 
 
+@pytest.fixture
+def host_runtime():
+    """Like `runtime`, host driver only: every node through our evaluator on MLX's CPU
+    fallback (Graph.eval_cpu)."""
+    yield from _enabled("host")
+
+
 @pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu)])
 def gpu_runtime(request):
     """Like `runtime`, GPU driver only (for what exists only with device memory)."""

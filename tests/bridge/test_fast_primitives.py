@@ -36,23 +36,9 @@ def rnd(shape, dtype=mx.float32, seed=0):
 
 
 @pytest.fixture
-def host_rt():
-    """mlx_amd enabled over the GPU-less host driver: every node runs on MLX's CPU fallback
-    through our evaluator (Graph.eval_cpu)."""
-    from mlx_amd.runtime import context
-    from mlx_amd.runtime.context import Runtime
-    from mlx_amd.runtime.driver.host import HostDriver
-
-    rt = Runtime(HostDriver())
-    saved = context._runtime
-    context._runtime = rt
-    mlx_amd.enable()
-    rt.evaluator.stats.reset()
-    try:
-        yield rt
-    finally:
-        mlx_amd.disable()
-        context._runtime = saved
+def host_rt(host_runtime):
+    """mlx_amd enabled over the GPU-less host driver (conftest's host_runtime)."""
+    return host_runtime
 
 
 # ------------------------------------------------------------------- the four ops
