@@ -377,8 +377,9 @@ class Evaluator:
         rerecorded = []
 
         def node_cb(n, written, rerecord):
-            # rerecord: the node's plan could rebind to new shapes but not to these: its new
-            # plan becomes the recording (an SDPA decode past its planned split count)
+            # rerecord: a GPU node of the recorded kind at other shapes or parameters (a KV
+            # cache that grew, an SDPA decode past its planned split count): its new plan
+            # becomes the recording
             apply(written)
             prim, params, ins, outs = g.node(n)
             if rerecord:

@@ -332,7 +332,9 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
       same = address(*slots_[node.inputs[i]].arr, &in_ptrs[i]);
     }
     if (!same) {
-      python(n, pn.rebind.is_valid());
+      // the same kind of GPU node at other shapes or parameters (a KV cache that grew):
+      // what Python plans now becomes the recording
+      python(n, pn.kind == PKind::Gpu && pn.type == &typeid(prim));
       continue;
     }
     // outputs: take over a donatable input, else a buffer allocated for us
