@@ -6,11 +6,15 @@ node's signature, no GPU involved; None sends the node to MLX's CPU fallback.
 
 The evaluator dispatches on the union of the ``PRIMITIVES`` tables of every module in
 this package, discovered here, so a new family is a new file and nothing else changes.
+A family with ``VERIFIED = False`` (written, compile- and CPU-checked, but not yet run by
+the GPU suite) is left out unless ``MLX_AMD_UNVERIFIED=1``: MLX's CPU fallback serves its
+primitives meanwhile.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 
 # MLX's view primitives: the bridge makes them zero-copy when MLX would.
@@ -37,10 +41,16 @@ def family_modules() -> list:
     return mods
 
 
+def unverified_enabled() -> bool:
+    return os.environ.get("MLX_AMD_UNVERIFIED", "0") == "1"
+
+
 def dispatch_table() -> dict:
     """MLX primitive class name -> family module; two families claiming one class is an error."""
     table: dict = {}
     for mod in family_modules():
+        if getattr(mod, "VERIFIED", True) is False and not unverified_enabled():
+            continue
         for prim in mod.PRIMITIVES:
             if prim in table:
                 raise RuntimeError(f"primitive {prim} is claimed by both {table[prim].__name__} "
