@@ -18,7 +18,9 @@ and exits non-zero on any mismatch. It checks that:
      hipBLASLt row, each prototype matches hipblaslt.h, and the enum values, struct
      sizes and offsets lt.py hard-codes match what a C++ compiler computes; the same
      for librocblas and rocblas.h when rocBLAS is installed (Debian: librocblas-dev;
-     reported, not failed, when it is missing unless --require-rocblas).
+     reported, not failed, when it is missing unless --require-rocblas);
+  6. the FFT library (mlx_amd/runtime/fft/table.py): libhipfft exports every hipFFT row,
+     each prototype matches hipfft.h, and the enum values the table hard-codes match.
 
 The driver package is imported without running mlx_amd/__init__.py (which needs
 mlx): the parent packages are created by hand. The header parser here is plain
@@ -329,6 +331,48 @@ def check_blas(include: str, no_compile: bool, require_rocblas: bool) -> list:
     return problems
 
 
+def check_fft(include: str, no_compile: bool) -> list:
+    """Section 6: the hipFFT rows of runtime/fft/table.py (handles bound as pointers)."""
+    T = importlib.import_module("mlx_amd.runtime.fft.table")
+    problems = []
+    try:
+        lib = T.load("hip")
+    except Exception as e:
+        return [f"hipfft: library not loadable ({str(e).splitlines()[0]}); install libhipfft-dev"]
+    rows = T.rows_for("hip")
+    missing = [f"{s} ({e.name})" for e in rows for s in T.symbols(e, "hip") if not hasattr(lib._cdll, s)]
+    problems += [f"missing hipfft symbol: {m}" for m in missing]
+    n = sum(len(T.symbols(e, "hip")) for e in rows)
+    print(f"hipfft symbols: {n - len(missing)}/{n} resolved in {lib.path}")
+    header = os.path.join(include, "hipfft", "hipfft.h")
+    if not os.path.exists(header):
+        return problems + [f"hipfft: no {header}; install libhipfft-dev"]
+    text = read_header([header] + [os.path.join(include, "hip", h) for h in ("library_types.h", "hip_runtime_api.h")
+                                   if os.path.exists(os.path.join(include, "hip", h))])
+    # hipfft.h makes the handle an int under __HIP_PLATFORM_NVIDIA__ and a pointer on AMD
+    over = {"hipfftHandle": "ptr", "long long int": "i64"}
+    bad, checked = check_prototypes(rows, "hip", prototypes(text, r"hipfftResult"), macro_aliases(text),
+                                    typedefs(text), over)
+    problems += bad
+    print(f"hipfft prototypes: {checked - len(bad)}/{checked} match {header}")
+    if no_compile:
+        return problems
+    want = {f"HIPFFT_{k.upper()}": v for k, v in T.TYPES.items()}
+    want.update({"HIPFFT_FORWARD": T.DIRECTION["forward"], "HIPFFT_BACKWARD": T.DIRECTION["inverse"],
+                 "sizeof(hipfftHandle)": 8})
+    want.update({name: code for code, name in T.STATUS["hip"].items()})
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            got = compile_and_print({k: k for k in want}, ["hipfft/hipfft.h"],
+                                    ["-D__HIP_PLATFORM_AMD__", f"-I{include}", "-w"], tmp, lang="c++")
+        except (RuntimeError, subprocess.CalledProcessError) as e:
+            return problems + [f"hipfft constant check could not run: {e}"]
+    bad = [f"{k}: fft table has {want[k]}, the header says {got.get(k)}" for k in want if got.get(k) != want[k]]
+    problems += bad
+    print(f"hipfft constants: {len(want) - len(bad)}/{len(want)} match")
+    return problems
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--include", default="/usr/include", help="folder holding hip/hip_runtime_api.h")
@@ -414,6 +458,7 @@ def main(argv=None) -> int:
     # 5. GEMM libraries
     if not args.no_blas:
         problems += check_blas(args.include, args.no_compile, args.require_rocblas)
+        problems += check_fft(args.include, args.no_compile)
 
     for p in problems:
         print(f"FAIL: {p}")
