@@ -163,15 +163,22 @@ LIBRARIES = {
 }
 
 
-def load(library: str, vendor: str, env=os.environ, opener=ctypes.CDLL) -> Library:
-    """dlopen a GEMM library; DriverUnavailable names the package to install when it is missing."""
-    names, hint = LIBRARIES[(library, vendor)]
+def open_vendor_library(names, hint: str, vendor: str, env=os.environ, opener=ctypes.CDLL):
+    """(CDLL, path) of the first of ``names`` found where that vendor's libraries live (the
+    GEMM and FFT libraries); DriverUnavailable names the package to install otherwise."""
     dirs = cuda_dirs(env) if vendor == "cuda" else rocm_dirs(env)
     cdll, path, tried = open_library(dirs, names, opener)
     if cdll is None:
         raise DriverUnavailable(f"{names[0]} not found: {hint}", tried)
     if not os.path.isabs(path):
         path = loaded_path(names[0].split(".so")[0]) or path
+    return cdll, path
+
+
+def load(library: str, vendor: str, env=os.environ, opener=ctypes.CDLL) -> Library:
+    """dlopen a GEMM library; DriverUnavailable names the package to install when it is missing."""
+    names, hint = LIBRARIES[(library, vendor)]
+    cdll, path = open_vendor_library(names, hint, vendor, env, opener)
     return Library(cdll, vendor, library, path)
 
 

@@ -18,9 +18,9 @@ import ctypes
 import os
 from typing import NamedTuple
 
-from ..driver.base import DriverError, DriverUnavailable
+from ..driver.base import DriverError
 from ..driver.table import Library as _Library
-from ..driver.table import format_arg, loaded_path, open_library, symbols
+from ..driver.table import format_arg, symbols
 
 P = ctypes.c_void_p
 I = ctypes.c_int
@@ -143,15 +143,10 @@ LIBRARIES = {
 
 def load(vendor: str, env=os.environ, opener=ctypes.CDLL):
     """dlopen the vendor's FFT library; DriverUnavailable names the package to install."""
-    from ..blas.table import cuda_dirs, rocm_dirs
+    from ..blas.table import open_vendor_library
 
     names, hint = LIBRARIES[vendor]
-    dirs = cuda_dirs(env) if vendor == "cuda" else rocm_dirs(env)
-    cdll, path, tried = open_library(dirs, names, opener)
-    if cdll is None:
-        raise DriverUnavailable(f"{names[0]} not found: {hint}", tried)
-    if not os.path.isabs(path):
-        path = loaded_path(names[0].split(".so")[0]) or path
+    cdll, path = open_vendor_library(names, hint, vendor, env, opener)
     return Library(cdll, vendor, path)
 
 
