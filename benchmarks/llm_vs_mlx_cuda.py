@@ -99,6 +99,8 @@ def main():
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--runs", type=int, default=3)
     a = ap.parse_args()
+    if not a.combine and not a.engine:
+        ap.error("say --engine ours|mlx-cuda|plain (one process per engine), or --combine PART_DIR")
     if a.combine:
         combine(a.combine, a.out)
         return
