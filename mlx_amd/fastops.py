@@ -15,10 +15,18 @@ NAMES = ("rms_norm", "layer_norm", "rope", "scaled_dot_product_attention")
 _original: dict = {}
 
 
-def _b():
-    from . import _bridge as b
+_bridge = None
 
-    return b
+
+def _b():
+    # imported on first use (not at import time: mlx_amd must import without the bridge),
+    # then kept: these run once per mx.fast call
+    global _bridge
+    if _bridge is None:
+        from . import _bridge as b
+
+        _bridge = b
+    return _bridge
 
 
 def rms_norm(x, weight, eps, *, stream=None):

@@ -202,15 +202,16 @@ def _vec_ok(x: Layout, itemsize: int) -> bool:
     return all(st % vec == 0 for st, n in zip((b, h, s), x.shape[:3]) if n > 1)
 
 
-def decode_splits(p: Problem, device) -> tuple:
+def decode_splits(p: Problem, device, Lk: int = None) -> tuple:
     """(n_splits, keys per split): enough blocks to fill the device, few enough keys
-    per split left for the kernel to stream."""
+    per split left for the kernel to stream (``Lk``: another key length than p's)."""
+    Lk = p.Lk if Lk is None else Lk
     chunks = -(-(p.G * p.Lq) // DECODE_ROWS)
     base = p.B * p.Hkv * chunks
     target = max(1, int(device.compute_units)) * DECODE_BLOCKS_PER_CU
-    splits = max(1, min(-(-target // base), p.Lk // DECODE_MIN_KEYS, DECODE_MAX_SPLITS))
-    kps = -(-p.Lk // splits)
-    return -(-p.Lk // kps), kps
+    splits = max(1, min(-(-target // base), Lk // DECODE_MIN_KEYS, DECODE_MAX_SPLITS))
+    kps = -(-Lk // splits)
+    return -(-Lk // kps), kps
 
 
 def plan_decode(node, p: Problem, device) -> Plan | None:
@@ -280,8 +281,7 @@ class DecodeRebind:
                 return None
         if Lk < 1 or (Lk > 1) != (k.shape[2] > 1) or Lk > INT32:
             return None                   # (_vec_ok skips unit dims)
-        np_ = dataclasses.replace(p, Lk=Lk)
-        splits, kps = decode_splits(np_, self.device)
+        splits, kps = decode_splits(p, self.device, Lk)
         if (splits > 1) != (self.splits > 1) or splits > self.cap:
             return None
         chunks = -(-(p.G * p.Lq) // DECODE_ROWS)
