@@ -1,6 +1,5 @@
-"""FFT on the GPU through hipFFT / cuFFT (family VERIFIED = False: enabled here with
-MLX_AMD_UNVERIFIED=1) against MLX's CPU (pocketfft): mx.fft.fft/ifft/rfft/irfft/fft2/ifft2/
-rfft2/irfft2/fftn/ifftn/rfftn/irfftn with n / s / axes, power-of-two, composite and prime
+"""FFT on the GPU through hipFFT / cuFFT against MLX's CPU (pocketfft): mx.fft.fft/ifft/
+rfft/irfft/fft2/ifft2/rfft2/irfft2/fftn/ifftn/rfftn/irfftn with n / s / axes, power-of-two, composite and prime
 sizes, float32 and complex64 inputs, transposed, sliced, broadcast and reversed inputs,
 more than three axes, non-Hermitian input to the inverse real transforms, empty batches.
 
@@ -23,13 +22,6 @@ pytestmark = pytest.mark.gpu
 
 P = ("FFT",)
 F = mx.fft
-
-
-@pytest.fixture(autouse=True)
-def _unverified(monkeypatch):
-    from mlx_amd.runtime import evaluator
-    monkeypatch.setenv("MLX_AMD_UNVERIFIED", "1")
-    monkeypatch.setattr(evaluator, "DISPATCH", evaluator.dispatch_table())
 
 
 def rnd(shape, complex_=False, seed=0):

@@ -1,4 +1,4 @@
-"""GatherMM on the GPU (family VERIFIED = False: enabled here with MLX_AMD_UNVERIFIED=1).
+"""GatherMM on the GPU.
 
 float32 against plain MLX (its CPU GatherMM); tolerance (1e-4, 1e-4): summation order
 over K only (inputs scaled by 1/sqrt(K), outputs O(1)). MLX's CPU takes float32 only,
@@ -20,13 +20,6 @@ F32 = mx.float32
 DT = {"f32": mx.float32, "f16": mx.float16, "bf16": mx.bfloat16}
 TOL = {mx.float32: (1e-4, 1e-4), mx.float16: (4e-3, 4e-3), mx.bfloat16: (2e-2, 2e-2)}
 PRIMS = ("GatherMM",)
-
-
-@pytest.fixture(autouse=True)
-def _unverified(monkeypatch):
-    from mlx_amd.runtime import evaluator
-    monkeypatch.setenv("MLX_AMD_UNVERIFIED", "1")
-    monkeypatch.setattr(evaluator, "DISPATCH", evaluator.dispatch_table())
 
 
 def rnd(shape, dtype, seed, scale=1.0):

@@ -209,10 +209,11 @@ def test_declines_and_trivial():
     assert gm.plan_node(n, p) is None       # 10 non-mergeable batch dims of a
 
 
-def test_unverified_is_left_out(monkeypatch):
+def test_dispatched_and_unverified_gating(monkeypatch):
     from mlx_amd.runtime import ops
-    assert gm.VERIFIED is False
     monkeypatch.delenv("MLX_AMD_UNVERIFIED", raising=False)
+    assert ops.dispatch_table()["GatherMM"] is gm         # verified on the H200: on by default
+    monkeypatch.setattr(gm, "VERIFIED", False, raising=False)
     assert "GatherMM" not in ops.dispatch_table()
     monkeypatch.setenv("MLX_AMD_UNVERIFIED", "1")
     assert ops.dispatch_table()["GatherMM"] is gm

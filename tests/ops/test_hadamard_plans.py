@@ -233,10 +233,11 @@ def test_declines():
     assert hd.plan_node(Node("Hadamard", 0.5, (R((2, 8), "float32"),), (R((2, 8), "float32"),)), None)
 
 
-def test_unverified_is_left_out(monkeypatch):
+def test_dispatched_and_unverified_gating(monkeypatch):
     from mlx_amd.runtime import ops
-    assert hd.VERIFIED is False
     monkeypatch.delenv("MLX_AMD_UNVERIFIED", raising=False)
+    assert ops.dispatch_table()["Hadamard"] is hd         # verified on the H200: on by default
+    monkeypatch.setattr(hd, "VERIFIED", False, raising=False)
     assert "Hadamard" not in ops.dispatch_table()
     monkeypatch.setenv("MLX_AMD_UNVERIFIED", "1")
     assert ops.dispatch_table()["Hadamard"] is hd

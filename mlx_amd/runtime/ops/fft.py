@@ -44,7 +44,6 @@ from . import elementwise as ew
 
 FAMILY = "fft"
 PRIMITIVES = {"FFT": "fft"}
-VERIFIED = False
 
 MAX_RANK = 3              # hipFFT / cuFFT plan ranks
 ALIGN = 16                # an input read in place below this alignment is staged first

@@ -30,7 +30,6 @@ from . import elementwise as ew
 
 FAMILY = "gather_mm"
 PRIMITIVES = {"GatherMM": "gather_mm"}
-VERIFIED = False
 
 MAX_DIMS = 8          # MLXA_GMM_MAX_DIMS
 ROWS_WAVES = 4        # mlxa::gmm::kRowsWaves

@@ -32,7 +32,6 @@ from . import elementwise as ew
 
 FAMILY = "hadamard"
 PRIMITIVES = {"Hadamard": "hadamard"}
-VERIFIED = False
 
 MAX_DIMS = 8          # MLXA_HADAMARD_MAX_DIMS
 MAX_M = 28            # MLXA_HADAMARD_MAX_M
