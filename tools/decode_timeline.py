@@ -1,0 +1,101 @@
+"""Where a decode step's wall time goes on a GPU: mlx-lm's pipelining (build step n+1's
+graph, queue it with async_eval, then read token n) timed phase by phase, next to the same
+steps evaluated synchronously (host and GPU one after the other).
+
+    python tools/decode_timeline.py [--shape llama-1b] [--bits 0] [--steps 64]
+    python tools/decode_timeline.py --ncu-step ...   # one synchronous step between
+        cuProfilerStart/Stop: run under `ncu --profile-from-start off` for its kernels
+
+Prints one JSON line: medians in milliseconds of build (the model's graph), queue
+(async_eval until it returns), wait (reading the previous token), step (all three), and
+sync (build + eval + read, nothing overlapped). step ~ build + queue means the host is the
+bound; a large wait means the GPU is.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import time
+
+os.environ.setdefault("MLX_AMD_AUTO", "0")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="llama-1b")
+    ap.add_argument("--bits", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--plain", action="store_true", help="plain MLX (no mlx-amd), for reference")
+    ap.add_argument("--ncu-step", action="store_true")
+    a = ap.parse_args()
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    import mlx_amd
+    from mlx_amd import llm
+
+    if not a.plain:
+        mlx_amd.enable()
+    model = llm.random_model(a.shape, "bfloat16", quantize=a.bits)
+    cache = make_prompt_cache(model)
+    prompt = mx.random.randint(0, model.args.vocab_size, (a.prompt,), key=mx.random.key(1))
+
+    def step(y):
+        logits = model(y[None], cache=cache)
+        return mx.argmax(logits[:, -1, :], axis=-1)
+
+    y = step(prompt)
+    mx.eval(y)
+    for _ in range(8):                      # recordings, first replays
+        y = step(y)
+        mx.eval(y)
+    build, queue, wait, total = [], [], [], []
+    t_prev = time.perf_counter()
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        ny = step(y)
+        t1 = time.perf_counter()
+        mx.async_eval(ny)
+        t2 = time.perf_counter()
+        y.item()
+        t3 = time.perf_counter()
+        build.append(t1 - t0)
+        queue.append(t2 - t1)
+        wait.append(t3 - t2)
+        total.append(t3 - t_prev)
+        t_prev = t3
+        y = ny
+    y.item()
+    sync = []
+    for _ in range(a.steps // 2):
+        t0 = time.perf_counter()
+        y = step(y)
+        mx.eval(y)
+        y.item()
+        sync.append(time.perf_counter() - t0)
+    if a.ncu_step:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        mx.eval(y)
+        cuda.cuProfilerStart()
+        y = step(y)
+        mx.eval(y)
+        y.item()
+        cuda.cuProfilerStop()
+    med = lambda v: round(statistics.median(v) * 1e3, 4)  # noqa: E731
+    out = {"shape": a.shape, "bits": a.bits, "engine": "plain" if a.plain else "mlx-amd",
+           "build_ms": med(build), "queue_ms": med(queue), "wait_ms": med(wait),
+           "step_ms": med(total), "sync_ms": med(sync),
+           "tok_s": round(1.0 / statistics.median(total), 1)}
+    if not a.plain:
+        from mlx_amd.runtime.context import get_runtime
+
+        ev = get_runtime().evaluator
+        out["replays"], out["replay_python_nodes"] = ev.replays, ev.replay_python
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
