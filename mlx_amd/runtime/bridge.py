@@ -13,6 +13,7 @@ API (see ``src/bridge/graph.h``):
                         rows without the tables; ``fingerprint``, ``record``,
                         ``leaves``, ``replay`` (src/bridge/replay.h)
   Program(fp, n)        a recorded evaluation of one graph structure
+  Pool, Outputs         the pools' native bookkeeping, a replay's fresh outputs (src/bridge/pool.h)
   drain_freed()         tokens of attached buffers MLX let go of since the last call
   live()                (count, bytes) of attached buffers not yet freed
   expired()             keys of watched buffers that died since the last call
@@ -91,6 +92,8 @@ live = _bridge.live
 expired = _bridge.expired
 launch = _bridge.launch
 Program = _bridge.Program
+Pool = _bridge.Pool
+Outputs = _bridge.Outputs
 
-__all__ = ["Graph", "versions", "probe", "buffer_info", "drain_freed", "live", "expired", "launch", "Program",
+__all__ = ["Graph", "versions", "probe", "buffer_info", "drain_freed", "live", "expired", "launch", "Program", "Pool", "Outputs",
            "check_versions", "check_abi", "MLX_VERSION"]

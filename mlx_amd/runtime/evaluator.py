@@ -149,6 +149,9 @@ class Evaluator:
                 # finish are available to MLX and must be readable.
                 g.release()
                 self._reap()
+                # a replay's outputs that outlive the graph get their records (the rest
+                # died in release() and went back to the pools natively)
+                self.residency.adopt()
                 # Everything still stale on the host is held by someone: write it back now
                 # (eager), or when something reads it (lazy: read(), the CPU fallback).
                 res = self.residency
@@ -361,12 +364,7 @@ class Evaluator:
             rest += small
         for (key, _, _), dev in zip(rest, res.device_ptrs(rest, stream)):
             leaf_dev[key] = dev
-        bufs = res.new_buffers(known.sizes)
-        try:
-            arena = res.device_pool.alloc(prog.arena_bytes) if prog.arena_bytes else None
-        except BaseException:
-            res.freed([b[0] for b in bufs])
-            raise
+        arena = res.device_pool.alloc(prog.arena_bytes) if prog.arena_bytes else None
         written_fn = res.written
         metas = _Metas(g)
 
@@ -381,6 +379,7 @@ class Evaluator:
             # cache that grew, an SDPA decode past its planned split count): its new plan
             # becomes the recording
             apply(written)
+            res.adopt()   # Python's records must cover every buffer made so far
             prim, params, ins, outs = g.node(n)
             if rerecord:
                 rerecorded.append(n)
@@ -390,17 +389,14 @@ class Evaluator:
             self.driver.launch_failed(status, ctypes.c_void_p(fn), grid, block, args, shared_mem, stream)
 
         self.driver.ensure_bound()
-        unused: list = []
         try:
             written, python_nodes = g.replay(
-                prog, leaf_dev, bufs, arena.data if arena is not None else 0, self.native._entry,
-                self.native._end, stream.value if stream is not None else 0, node_cb, error_cb,
-                unused)
+                prog, leaf_dev, res.outputs, arena.data if arena is not None else 0,
+                self.native._entry, self.native._end, stream.value if stream is not None else 0,
+                node_cb, error_cb)
         finally:
             if arena is not None:
                 res.device_pool.free(arena)   # stream order: later users queue behind
-            if unused:
-                res.freed(unused)
         apply(written)
         self.replays += 1
         self.replay_python += len(python_nodes)

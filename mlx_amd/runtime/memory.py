@@ -22,8 +22,7 @@ The pools are not thread-safe: the evaluator's thread owns them.
 
 from __future__ import annotations
 
-import bisect
-import collections
+import weakref
 from typing import Callable, Optional
 
 from .driver.base import DriverError
@@ -73,23 +72,37 @@ class Block:
 
 
 class Pool:
-    """A caching allocator over a pair of driver calls (see the module docstring)."""
+    """A caching allocator over a pair of driver calls (see the module docstring).
+
+    The bookkeeping (bins, cache order, counters) is native (``_bridge.Pool``,
+    src/bridge/pool.h) so that a replay allocates and recycles its outputs without
+    Python; the policy that needs the driver (the limit, the allocation itself, the
+    out-of-memory retry and error) stays here, in ``_miss``."""
 
     kind = "memory"
     header = 0
 
     def __init__(self, alloc: Callable[[int], int], free: Callable[[int], None],
                  mem_info: Callable[[], tuple], limit: Optional[int] = None):
-        self._raw_alloc, self._raw_free, self._mem_info = alloc, free, mem_info
+        from . import bridge as _bridge
+
+        self._raw_alloc, self._mem_info = alloc, mem_info
         if limit is None:
             limit = int(mem_info()[1] * DISCRETE_FRACTION)
-        self._limit = int(limit)
-        self._cache_limit = self._limit     # MLX's default: the cache may grow to the limit
-        self._active = self._peak = self._cached = 0
-        self._bins: dict[int, list] = {}    # size class -> cached blocks, most recent last
-        self._sizes: list[int] = []         # sorted keys of _bins
-        self._lru = collections.OrderedDict()   # cached blocks, oldest first
-        self.counts = dict.fromkeys(("driver_allocs", "driver_frees", "hits", "misses", "oom_retries"), 0)
+        me = weakref.ref(self)   # the core's callback must not keep the pool alive
+
+        def miss(nbytes, size):
+            return me()._miss(nbytes, size)
+
+        # (MLX's default cache limit: the cache may grow to the memory limit)
+        self.core = _bridge.Pool(self.header, miss, free, int(limit))
+        self._oom_retries = 0
+
+    @property
+    def counts(self) -> dict:
+        c = self.core
+        return {"driver_allocs": c.driver_allocs, "driver_frees": c.driver_frees, "hits": c.hits,
+                "misses": c.misses, "oom_retries": self._oom_retries}
 
     # --- allocation -----------------------------------------------------------
     def alloc(self, nbytes: int) -> Block:
@@ -97,64 +110,35 @@ class Pool:
             if not hasattr(nbytes, "__index__") or isinstance(nbytes, bool):
                 raise TypeError(f"{self.kind} allocation size must be an int, got {type(nbytes).__name__}")
             nbytes = int(nbytes)
-        if nbytes <= 0:
-            if nbytes < 0:
-                raise ValueError(f"{self.kind} allocation size must be >= 0, got {nbytes}")
-            total = self.header + 1           # even an empty buffer gets a data byte
-        else:
-            total = self.header + nbytes
-        if total <= MIN_BLOCK:
-            size, most = MIN_BLOCK, 2 * MIN_BLOCK
-        else:   # round_size, inlined for the common small case
-            size = 1 << (total - 1).bit_length() if total <= SMALL_MAX else round_size(total)
-            most = 2 * total
-        blk = self._take_cached(size, most) if self._sizes else None
-        if blk is None:
-            blk = self._new_block(nbytes, size)
-        else:
-            blk.requested, blk.live = nbytes, True
-            self.counts["hits"] += 1
-        self._active += blk.size
-        if self._active > self._peak:
-            self._peak = self._active
-        return blk
+        if nbytes < 0:
+            raise ValueError(f"{self.kind} allocation size must be >= 0, got {nbytes}")
+        data, size = self.core.alloc(nbytes)
+        return Block(data - self.header, size, nbytes, data, self)
 
-    def _take_cached(self, size: int, most: int) -> Optional[Block]:
-        sizes = self._sizes
-        i = bisect.bisect_left(sizes, size)
-        if i == len(sizes) or sizes[i] > most:
-            return None
-        s = sizes[i]
-        bin_ = self._bins[s]
-        blk = bin_.pop()
-        if not bin_:
-            del self._bins[s]
-            del sizes[i]
-        del self._lru[blk]
-        self._cached -= s
-        return blk
+    def block(self, data: int, nbytes: int) -> Block:
+        """The Block of a live allocation the native side made (a replay's output)."""
+        return Block(data - self.header, self.core.size_of(data), nbytes, data, self)
 
-    def _new_block(self, nbytes: int, size: int) -> Block:
-        self.counts["misses"] += 1
-        if self._active + self._cached + size > self._limit:
-            self._release(self._active + self._cached + size - self._limit)
-        if self._active + size > self._limit:
+    def _miss(self, nbytes: int, size: int) -> int:
+        """No cached block fits: a new one from the driver, within the limit."""
+        c = self.core
+        if c.active + c.cached + size > c.limit:
+            c.release(c.active + c.cached + size - c.limit)
+        if c.active + size > c.limit:
             raise self._oom(nbytes, size, "over the memory limit")
         try:
-            ptr = self._raw_alloc(size)
+            return self._raw_alloc(size)
         except DriverError as e:
             if not e.out_of_memory:
                 raise
-            self.counts["oom_retries"] += 1
+            self._oom_retries += 1
             self.clear_cache()
             try:
-                ptr = self._raw_alloc(size)
+                return self._raw_alloc(size)
             except DriverError as e2:
                 if not e2.out_of_memory:
                     raise
                 raise self._oom(nbytes, size, str(e2)) from e2
-        self.counts["driver_allocs"] += 1
-        return Block(ptr, size, nbytes, ptr + self.header, self)
 
     def _oom(self, nbytes: int, size: int, why: str) -> MemoryError:
         try:
@@ -162,10 +146,11 @@ class Pool:
             dev = f"{fmt_bytes(free)} free of {fmt_bytes(total)}"
         except DriverError:
             dev = "unknown"
+        c = self.core
         return MemoryError(
             f"out of {self.kind} memory: cannot allocate {nbytes} bytes "
-            f"({fmt_bytes(size)} block): {why}; pool holds {fmt_bytes(self._active)} active, "
-            f"{fmt_bytes(self._cached)} cached, limit {fmt_bytes(self._limit)}; {self.kind}: {dev}")
+            f"({fmt_bytes(size)} block): {why}; pool holds {fmt_bytes(c.active)} active, "
+            f"{fmt_bytes(c.cached)} cached, limit {fmt_bytes(c.limit)}; {self.kind}: {dev}")
 
     def free(self, blk: Block) -> None:
         """Return a block to the cache (or to the driver when caching is off)."""
@@ -174,67 +159,45 @@ class Pool:
         if not blk.live:
             raise ValueError(f"double free of {blk!r}")
         blk.live = False
-        self._active -= blk.size
-        bin_ = self._bins.get(blk.size)
-        if bin_ is None:
-            bin_ = self._bins[blk.size] = []
-            bisect.insort(self._sizes, blk.size)
-        bin_.append(blk)
-        self._lru[blk] = None
-        self._cached += blk.size
-        if self._cached > self._cache_limit:
-            self._release(self._cached - self._cache_limit)
-
-    def _release(self, nbytes: int) -> None:
-        """Give at least ``nbytes`` of cached blocks back to the driver, oldest first."""
-        lru, bins = self._lru, self._bins
-        while nbytes > 0 and lru:
-            blk, _ = lru.popitem(last=False)
-            bin_ = bins[blk.size]
-            bin_.remove(blk)
-            if not bin_:
-                del bins[blk.size]
-                self._sizes.remove(blk.size)
-            self._cached -= blk.size
-            nbytes -= blk.size
-            self.counts["driver_frees"] += 1
-            self._raw_free(blk.ptr)
+        self.core.free(blk.data)
 
     # --- MLX-named counters -----------------------------------------------------
     def get_active_memory(self) -> int:
-        return self._active
+        return self.core.active
 
     def get_peak_memory(self) -> int:
-        return self._peak
+        return self.core.peak
 
     def reset_peak_memory(self) -> None:
         # the peak restarts from what is held now (MLX restarts from 0)
-        self._peak = self._active
+        self.core.peak = self.core.active
 
     def get_cache_memory(self) -> int:
-        return self._cached
+        return self.core.cached
 
     def get_memory_limit(self) -> int:
-        return self._limit
+        return self.core.limit
 
     def set_memory_limit(self, limit: int) -> int:
         """Cap on what the pool holds from the driver (active + cached); returns the old one.
         Enforced at the next allocation, which first releases cache to fit."""
-        old, self._limit = self._limit, _check_limit("memory", limit)
+        old, self.core.limit = self.core.limit, _check_limit("memory", limit)
         return old
 
     def set_cache_limit(self, limit: int) -> int:
-        old, self._cache_limit = self._cache_limit, _check_limit("cache", limit)
-        if self._cached > self._cache_limit:
-            self._release(self._cached - self._cache_limit)
+        c = self.core
+        old, c.cache_limit = c.cache_limit, _check_limit("cache", limit)
+        if c.cached > c.cache_limit:
+            c.release(c.cached - c.cache_limit)
         return old
 
     def clear_cache(self) -> None:
-        self._release(self._cached)
+        self.core.release(self.core.cached)
 
     def stats(self) -> dict:
-        return dict(self.counts, active=self._active, peak=self._peak, cache=self._cached,
-                    limit=self._limit, cache_limit=self._cache_limit)
+        c = self.core
+        return dict(self.counts, active=c.active, peak=c.peak, cache=c.cached,
+                    limit=c.limit, cache_limit=c.cache_limit)
 
 
 def _check_limit(what: str, limit) -> int:

@@ -31,6 +31,7 @@ import os
 import sys
 from typing import Iterable, Optional
 
+from . import bridge as _bridge
 from .memory import DevicePool, HostPool
 
 HEADER = 8   # MLX's size header right before the data: key = data - 8
@@ -110,6 +111,8 @@ class Residency:
             self.host_pool = HostPool(driver)
             self.device_pool = DevicePool(driver)
         self._recs: dict[int, _Rec] = {}
+        # a replay's fresh output buffers, native until adopted (adopt)
+        self.outputs = _bridge.Outputs(self.host_pool.core, self.device_pool.core)
         self._dirty: set[int] = set()      # keys whose device copy is newer somewhere
         self.uploads = self.upload_bytes = 0
         self.writebacks = self.writeback_bytes = 0
@@ -137,36 +140,24 @@ class Residency:
         self._recs[key] = _Rec(key, nbytes, host.data, dev_ptr, host, dev, True, self.unified)
         return key, host.data, dev_ptr
 
-    def new_buffers(self, sizes) -> list:
-        """``new_buffer`` for many outputs at once (a replayed program's), each already
-        marked as written in full by the device: [(key, host pointer, device pointer, n)].
-        On an allocation failure the ones made so far are freed again."""
-        out = []
+    def adopt(self) -> int:
+        """Records for the outputs a replay attached (``outputs``, src/bridge/pool.h) that
+        are still alive, each written in full by the device. The ones MLX dropped before
+        this were recycled natively by ``drain_freed`` and never reach Python. Returns how
+        many were adopted."""
+        items = self.outputs.adopt()
+        if not items:
+            return 0
         recs, dirty, unified = self._recs, self._dirty, self.unified
-        halloc, dalloc = self.host_pool.alloc, self.device_pool.alloc
-        try:
-            for n in sizes:
-                host = halloc(n)
-                if unified:
-                    dev, dev_ptr = None, host.data
-                else:
-                    try:
-                        dev = dalloc(n)
-                    except BaseException:
-                        self.host_pool.free(host)
-                        raise
-                    dev_ptr = dev.data
-                key = host.data - HEADER
-                rec = _Rec(key, n, host.data, dev_ptr, host, dev, True, unified)
-                if n:
-                    rec.hi = n
-                    dirty.add(key)
-                recs[key] = rec
-                out.append((key, host.data, dev_ptr, n))
-        except BaseException:
-            self.freed([b[0] for b in out])
-            raise
-        return out
+        hblock, dblock = self.host_pool.block, self.device_pool.block
+        for key, host, dev_ptr, n in items:
+            rec = _Rec(key, n, host, dev_ptr, hblock(host, n), None if unified else dblock(dev_ptr, n),
+                       True, unified)
+            if n:
+                rec.hi = n
+                dirty.add(key)
+            recs[key] = rec
+        return len(items)
 
     def device_ptrs(self, leaves, stream=None) -> list:
         """``device_ptr`` for many (key, host data pointer, buffer bytes), the common case
@@ -186,7 +177,7 @@ class Residency:
     def owns(self, token: int) -> bool:
         """True for a live buffer of ours (``new_buffer``) that has not been freed."""
         rec = self._recs.get(token)
-        return rec is not None and rec.ours
+        return (rec is not None and rec.ours) or self.outputs.has(token)
 
     def freed(self, tokens: Iterable[int]) -> None:
         """The bridge's deleters reported these buffers of ours dead: recycle their blocks."""

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "bridge.h"
+#include "pool.h"
 
 namespace mlx_amd {
 
@@ -77,9 +78,17 @@ int64_t token_of(const mx::allocator::Buffer& b) {
 
 std::vector<int64_t> drain_freed() {
   auto& r = reg();
+  std::vector<int64_t> got;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    got.swap(r.freed);
+  }
+  // a replay's outputs nobody adopted are recycled here (pool.h); the rest go to Python
   std::vector<int64_t> out;
-  std::lock_guard<std::mutex> lock(r.mu);
-  out.swap(r.freed);
+  out.reserve(got.size());
+  for (auto t : got) {
+    if (!release_native(t)) out.push_back(t);
+  }
   return out;
 }
 

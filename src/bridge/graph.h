@@ -7,6 +7,8 @@
 
 namespace mlx_amd {
 
+class Outputs;   // pool.h
+
 class Graph {
  public:
   // async: refuse tracers the way mx.async_eval does
@@ -39,10 +41,10 @@ class Graph {
   // replay.cpp: recording and replaying a Program
   void record(Program& prog, int64_t node, int kind);
   nb::list leaves();
-  nb::tuple replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
+  nb::tuple replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
                    uintptr_t arena, uintptr_t entry, intptr_t param_end,
                    uintptr_t stream, nb::callable node_cb,
-                   nb::callable error_cb, nb::list unused);
+                   nb::callable error_cb);
 
  private:
 

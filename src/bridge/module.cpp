@@ -9,6 +9,7 @@
 #include <string>
 
 #include "fast.h"
+#include "pool.h"
 #include "graph.h"
 #include "mlx/version.h"
 
@@ -68,6 +69,7 @@ NB_MODULE(_bridge, m) {
         "Launch a kernel through the driver entry point at `entry`; returns its status.");
 
   mlx_amd::register_fast(m);
+  mlx_amd::register_pool(m);
 
   nb::class_<Graph>(m, "Graph",
                     "One walk of the unevaluated graph behind `outputs`.")
@@ -104,12 +106,12 @@ NB_MODULE(_bridge, m) {
            "(kind 0 Python, 1 view, 2 GPU); before finish()")
       .def("leaves", &Graph::leaves,
            "[(slot, key, host_ptr, buffer_nbytes, token, ndim, size)] per leaf with data")
-      .def("replay", &Graph::replay, "program"_a, "leaf_dev"_a, "buffers"_a,
+      .def("replay", &Graph::replay, "program"_a, "leaf_dev"_a, "outputs"_a,
            "arena"_a, "entry"_a, "param_end"_a, "stream"_a, "node_cb"_a,
-           "error_cb"_a, "unused"_a,
+           "error_cb"_a,
            "run the graph through a recorded program (src/bridge/replay.h); "
-           "returns ([(key, lo, hi)] written, nodes run in Python); the keys of "
-           "buffers no output took are appended to `unused`, also on an error");
+           "returns ([(key, lo, hi)] written, nodes run in Python); fresh output "
+           "buffers come from `outputs` (an Outputs table) and stay there until adopted");
   nb::class_<mlx_amd::Program>(m, "Program", "a recorded evaluation of one graph structure")
       .def(nb::init<uint64_t, size_t>(), "fingerprint"_a, "num_nodes"_a)
       .def_prop_ro("fingerprint", &mlx_amd::Program::fingerprint)

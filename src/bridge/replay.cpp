@@ -1,5 +1,6 @@
 // Recording and replaying Programs (see replay.h).
 #include "replay.h"
+#include "pool.h"
 
 #include <stdexcept>
 #include <string>
@@ -196,49 +197,17 @@ nb::list Graph::leaves() {
   return out;
 }
 
-nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
+nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
                         uintptr_t arena, uintptr_t entry, intptr_t param_end,
                         uintptr_t stream, nb::callable node_cb,
-                        nb::callable error_cb, nb::list unused) {
+                        nb::callable error_cb) {
   if (prog.fingerprint() != fingerprint_ || prog.num_nodes() != nodes_.size()) {
     bad("replay: the program was made for another graph structure");
   }
   // buffer key -> device address of the buffer's host data start
   std::unordered_map<uintptr_t, uintptr_t> dev;
-  dev.reserve(leaf_dev.size() + bufs.size());
+  dev.reserve(leaf_dev.size() + 2 * nodes_.size());
   for (auto [k, v] : leaf_dev) dev.emplace(nb::cast<uintptr_t>(k), nb::cast<uintptr_t>(v));
-  struct Buf { int64_t key; uintptr_t host, dev; size_t nbytes; };
-  std::vector<Buf> pool;
-  pool.reserve(bufs.size());
-  for (auto b : bufs) {
-    auto t = nb::cast<nb::tuple>(b);
-    pool.push_back({nb::cast<int64_t>(t[0]), nb::cast<uintptr_t>(t[1]),
-                    nb::cast<uintptr_t>(t[2]), nb::cast<size_t>(t[3])});
-  }
-  // each GPU node's outputs own fixed positions in `bufs` (Program::buffer_sizes order)
-  std::vector<size_t> base(nodes_.size(), 0);
-  size_t total = 0;
-  for (int64_t n = 0; n < static_cast<int64_t>(nodes_.size()); ++n) {
-    auto& pn = prog.at(n, "replay");
-    base[n] = total;
-    if (pn.kind == PKind::Gpu) total += pn.out_nbytes.size();
-  }
-  if (total != pool.size()) {
-    bad("replay: " + std::to_string(pool.size()) + " buffers given for " + std::to_string(total) + " outputs");
-  }
-  std::vector<char> taken(pool.size(), 0);
-  // On every way out, also an exception: the buffers no output took go back to
-  // the caller to free.
-  struct Untaken {
-    const std::vector<Buf>& pool;
-    const std::vector<char>& taken;
-    nb::list& out;
-    ~Untaken() {
-      for (size_t i = 0; i < pool.size(); ++i) {
-        if (!taken[i]) out.append(pool[i].key);
-      }
-    }
-  } untaken{pool, taken, unused};
   nb::list written, python_nodes;
   auto launch = reinterpret_cast<LaunchFn>(entry);
   struct Rebound { unsigned grid[3]; std::string tail; };
@@ -358,7 +327,9 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
           out_ptrs[j] = in_ptrs[ii];
           donated[j] = 1;
           taken_keys.push_back(key);
-          if (pn.written.empty() || pn.written[j].first < 0) {
+          if (outputs.has(static_cast<int64_t>(key))) {
+            // made by this replay: adopted as written in full
+          } else if (pn.written.empty() || pn.written[j].first < 0) {
             written.append(nb::make_tuple(static_cast<int64_t>(key), -1, -1));
           } else {
             written.append(nb::make_tuple(static_cast<int64_t>(key), pn.written[j].first + shift,
@@ -368,16 +339,14 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, nb::list bufs,
         }
       }
       if (!donated[j]) {
-        size_t bi = base[n] + j;
-        auto& b = pool[bi];
-        if (b.nbytes != nbytes) bad("replay: buffer " + std::to_string(bi) + " has the wrong size");
-        taken[bi] = 1;
+        // a fresh pair from the pools; written in full (Residency.adopt marks it so)
+        Outputs::Fresh b;
+        int64_t key = outputs.take(nbytes, &b);
         auto& arr = *slots_[s_out].arr;
-        arr.set_data(make_foreign_data(b.host, arr.nbytes(), b.key));
-        dev[static_cast<uintptr_t>(b.key)] = b.dev;
+        arr.set_data(make_foreign_data(b.host, arr.nbytes(), key));
+        dev[static_cast<uintptr_t>(key)] = b.dev;
         out_ptrs[j] = b.dev;
-        taken_keys.push_back(static_cast<uintptr_t>(b.key));
-        // (marked written in full when Python allocated it)
+        taken_keys.push_back(static_cast<uintptr_t>(key));
       }
     }
     size_t main_i = 0;

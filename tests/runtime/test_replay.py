@@ -36,6 +36,13 @@ def test_node_and_meta_rows_equal_the_tables():
         assert g2.node(i)[0] == row[0] and g2.node(i)[2:] == row[2:]
 
 
+def outputs():
+    from mlx_amd.runtime.memory import Pool
+
+    pool = Pool(lambda n: 1 << 20, lambda p: None, lambda: (1 << 30, 1 << 30))
+    return bridge.Outputs(pool.core, pool.core)
+
+
 def test_program_for_another_structure_is_refused():
     a = mx.ones((2, 3))
     mx.eval(a)
@@ -44,7 +51,7 @@ def test_program_for_another_structure_is_refused():
     with pytest.raises(ValueError, match="another graph structure"):
         g.record(p, 0, 1)
     with pytest.raises(ValueError, match="another graph structure"):
-        g.replay(p, {}, [], 0, 0, 0, 0, lambda *a: [], lambda *a: None, [])
+        g.replay(p, {}, outputs(), 0, 0, 0, 0, lambda *a: [], lambda *a: None)
 
 
 def test_set_gpu_checks_its_steps():

@@ -1,0 +1,196 @@
+// Native pool bookkeeping and a replay's fresh outputs (pool.h).
+#include "pool.h"
+
+#include <algorithm>
+#include <string>
+
+#include <nanobind/stl/pair.h>
+
+namespace mlx_amd {
+
+namespace {
+
+constexpr size_t kMinBlock = 256;
+constexpr size_t kSmallMax = size_t(1) << 20;
+constexpr size_t kLargePage = size_t(2) << 20;
+
+std::vector<Outputs*>& registry() {   // live Outputs tables, for drain_freed()
+  static auto* r = new std::vector<Outputs*>();
+  return *r;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------ Pool
+Pool::Pool(size_t header, nb::callable miss, nb::callable raw_free, int64_t lim)
+    : limit(lim), cache_limit(lim), header_(header), miss_(std::move(miss)),
+      raw_free_(std::move(raw_free)) {}
+
+std::pair<uintptr_t, size_t> Pool::alloc(int64_t nbytes) {
+  if (nbytes < 0) throw nb::value_error(("allocation size must be >= 0, got " + std::to_string(nbytes)).c_str());
+  size_t total = header_ + (nbytes > 0 ? static_cast<size_t>(nbytes) : 1);  // even empty: a data byte
+  size_t size, most;
+  if (total <= kMinBlock) {
+    size = kMinBlock;
+    most = 2 * kMinBlock;
+  } else {
+    size = total <= kSmallMax ? size_t(1) << (64 - __builtin_clzll(total - 1))
+                              : (total + kLargePage - 1) / kLargePage * kLargePage;
+    most = 2 * total;
+  }
+  auto it = bins_.lower_bound(size);
+  uintptr_t data;
+  if (it != bins_.end() && it->first <= most) {
+    data = it->second.back();
+    it->second.pop_back();
+    size_t s = it->first;
+    if (it->second.empty()) bins_.erase(it);
+    auto& b = blocks_.at(data);
+    lru_.erase(b.lru);
+    b.live = true;
+    cached -= static_cast<int64_t>(s);
+    ++hits;
+    size = s;
+  } else {
+    ++misses;
+    auto ptr = nb::cast<uintptr_t>(miss_(nbytes, size));   // may raise MemoryError
+    ++driver_allocs;
+    data = ptr + header_;
+    blocks_[data] = Blk{ptr, size, true, {}};
+  }
+  active += static_cast<int64_t>(size);
+  if (active > peak) peak = active;
+  return {data, size};
+}
+
+void Pool::free(uintptr_t data) {
+  auto it = blocks_.find(data);
+  if (it == blocks_.end()) throw nb::value_error("free: not a block of this pool");
+  auto& b = it->second;
+  if (!b.live) throw nb::value_error("free: double free of a block");
+  b.live = false;
+  active -= static_cast<int64_t>(b.size);
+  bins_[b.size].push_back(data);
+  b.lru = lru_.insert(lru_.end(), data);
+  cached += static_cast<int64_t>(b.size);
+  if (cached > cache_limit) release(cached - cache_limit);
+}
+
+void Pool::release(int64_t nbytes) {
+  while (nbytes > 0 && !lru_.empty()) {
+    uintptr_t data = lru_.front();
+    lru_.pop_front();
+    auto it = blocks_.find(data);
+    Blk b = it->second;
+    blocks_.erase(it);
+    auto bin = bins_.find(b.size);
+    auto& v = bin->second;
+    v.erase(std::find(v.begin(), v.end(), data));
+    if (v.empty()) bins_.erase(bin);
+    cached -= static_cast<int64_t>(b.size);
+    nbytes -= static_cast<int64_t>(b.size);
+    ++driver_frees;
+    raw_free_(b.ptr);
+  }
+}
+
+bool Pool::live(uintptr_t data) const {
+  auto it = blocks_.find(data);
+  return it != blocks_.end() && it->second.live;
+}
+
+size_t Pool::size_of(uintptr_t data) const {
+  auto it = blocks_.find(data);
+  if (it == blocks_.end()) throw nb::value_error("size_of: not a block of this pool");
+  return it->second.size;
+}
+
+// --------------------------------------------------------------------- Outputs
+Outputs::Outputs(nb::object host, nb::object device)
+    : host_obj_(host), dev_obj_(device), host_(nb::cast<Pool*>(host)),
+      dev_(device.is(host) ? nullptr : nb::cast<Pool*>(device)) {
+  registry().push_back(this);
+}
+
+Outputs::~Outputs() {
+  auto& r = registry();
+  r.erase(std::remove(r.begin(), r.end(), this), r.end());
+}
+
+int64_t Outputs::take(size_t nbytes, Fresh* out) {
+  uintptr_t h = host_->alloc_data(nbytes);
+  uintptr_t d = h;
+  if (dev_) {
+    try {
+      d = dev_->alloc_data(nbytes);
+    } catch (...) {
+      host_->free(h);
+      throw;
+    }
+  }
+  auto key = static_cast<int64_t>(h - kHeader);
+  *out = Fresh{h, d, nbytes};
+  fresh_[key] = *out;
+  return key;
+}
+
+bool Outputs::release(int64_t token) {
+  auto it = fresh_.find(token);
+  if (it == fresh_.end()) return false;
+  Fresh f = it->second;
+  fresh_.erase(it);
+  host_->free(f.host);
+  if (dev_) dev_->free(f.dev);
+  return true;
+}
+
+nb::list Outputs::adopt() {
+  nb::list out;
+  for (auto& [k, f] : fresh_) out.append(nb::make_tuple(k, f.host, f.dev, f.nbytes));
+  fresh_.clear();
+  return out;
+}
+
+bool release_native(int64_t token) {
+  for (auto* o : registry()) {
+    if (o->release(token)) return true;
+  }
+  return false;
+}
+
+void register_pool(nb::module_& m) {
+  using namespace nb::literals;
+  nb::class_<Pool>(m, "Pool",
+                   "a caching allocator's bookkeeping (runtime/memory.py has the policy)")
+      .def(nb::init<size_t, nb::callable, nb::callable, int64_t>(), "header"_a, "miss"_a,
+           "raw_free"_a, "limit"_a)
+      .def("alloc", &Pool::alloc, "nbytes"_a, "-> (data pointer, size class); a miss calls miss()")
+      .def("free", &Pool::free, "data"_a)
+      .def("release", &Pool::release, "nbytes"_a)
+      .def("live", &Pool::live, "data"_a)
+      .def("size_of", &Pool::size_of, "data"_a)
+      .def_prop_ro("header", &Pool::header)
+      .def_rw("active", &Pool::active)
+      .def_rw("peak", &Pool::peak)
+      .def_ro("cached", &Pool::cached)
+      .def_rw("limit", &Pool::limit)
+      .def_rw("cache_limit", &Pool::cache_limit)
+      .def_ro("hits", &Pool::hits)
+      .def_ro("misses", &Pool::misses)
+      .def_ro("driver_allocs", &Pool::driver_allocs)
+      .def_ro("driver_frees", &Pool::driver_frees);
+  nb::class_<Outputs>(m, "Outputs",
+                      "output buffers a replay attached, until Python adopts them")
+      .def(nb::init<nb::object, nb::object>(), "host"_a, "device"_a)
+      .def("adopt", &Outputs::adopt,
+           "[(key, host data, device data, nbytes)] of the buffers still here; empties the table")
+      .def("take", [](Outputs& o, size_t nbytes) {
+             Outputs::Fresh f;
+             int64_t key = o.take(nbytes, &f);
+             return nb::make_tuple(key, f.host, f.dev);
+           }, "nbytes"_a, "a fresh pair, as a replay takes one: (key, host data, device data)")
+      .def("has", &Outputs::has, "key"_a)
+      .def("__len__", &Outputs::size);
+}
+
+}  // namespace mlx_amd

@@ -1,0 +1,82 @@
+// The caching allocators' bookkeeping, and the fresh output buffers of a replay.
+//
+// runtime/memory.py states the policy (size classes, best fit bounded at twice
+// the request, least recently cached released first) and owns the driver calls:
+// a miss calls back into Python (limit, driver allocation, out-of-memory error),
+// and so does a release. Everything in between (a hit, a free) is native, so a
+// replayed step's outputs are allocated and recycled without entering Python
+// (DESIGN.md: Python keeps the policy, native code executes it).
+#pragma once
+
+#include <list>
+#include <map>
+#include <unordered_map>
+
+#include "bridge.h"
+
+namespace mlx_amd {
+
+class Pool {
+ public:
+  // header: bytes in front of each block's data (HostPool: MLX's size header)
+  // miss(nbytes, size) -> driver pointer of a new `size`-byte block (may raise)
+  // raw_free(ptr): give a block back to the driver
+  Pool(size_t header, nb::callable miss, nb::callable raw_free, int64_t limit);
+  // -> (data pointer, size class)
+  std::pair<uintptr_t, size_t> alloc(int64_t nbytes);
+  uintptr_t alloc_data(size_t nbytes) { return alloc(static_cast<int64_t>(nbytes)).first; }
+  void free(uintptr_t data);
+  // cached blocks back to the driver, oldest first, until `nbytes` are released
+  void release(int64_t nbytes);
+  bool live(uintptr_t data) const;
+  size_t size_of(uintptr_t data) const;
+
+  size_t header() const { return header_; }
+  int64_t active = 0, peak = 0, cached = 0, limit = 0, cache_limit = 0;
+  int64_t hits = 0, misses = 0, driver_allocs = 0, driver_frees = 0;
+
+ private:
+  struct Blk {
+    uintptr_t ptr;
+    size_t size;
+    bool live;
+    std::list<uintptr_t>::iterator lru;   // valid while cached
+  };
+  size_t header_;
+  nb::callable miss_, raw_free_;
+  std::unordered_map<uintptr_t, Blk> blocks_;     // data pointer -> block (live or cached)
+  std::map<size_t, std::vector<uintptr_t>> bins_; // size class -> cached, most recent last
+  std::list<uintptr_t> lru_;                      // cached, oldest first
+};
+
+// Output buffers a replay attached to MLX arrays, until Python adopts them into
+// its residency records (Residency.adopt) or MLX drops them first (most of a
+// step's intermediates): then drain_freed() recycles them here, natively.
+class Outputs {
+ public:
+  // device == host: unified memory (one managed block, data pointer == device pointer)
+  Outputs(nb::object host, nb::object device);
+  ~Outputs();
+  struct Fresh { uintptr_t host, dev; size_t nbytes; };
+  // a host + device pair for an nbytes output: (key, host data, device data)
+  int64_t take(size_t nbytes, Fresh* out);
+  // the buffer of `token` died: recycle it if it is one of ours
+  bool release(int64_t token);
+  // [(key, host data, device data, nbytes)] of every buffer still here; empties the table
+  nb::list adopt();
+  bool has(int64_t key) const { return fresh_.count(key) != 0; }
+  size_t size() const { return fresh_.size(); }
+
+ private:
+  nb::object host_obj_, dev_obj_;
+  Pool* host_;
+  Pool* dev_;   // nullptr: unified
+  std::unordered_map<int64_t, Fresh> fresh_;
+};
+
+// drain_freed(): recycle `token` if a live Outputs table holds it
+bool release_native(int64_t token);
+
+void register_pool(nb::module_& m);
+
+}  // namespace mlx_amd
