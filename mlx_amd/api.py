@@ -124,6 +124,8 @@ def enable() -> _Enabled:
             setattr(mx.array, name, _wrap_read(name, orig))
     # mx.compile stays on: Compiled nodes are evaluated like any other (runtime/ops/compiled.py)
     _state["enabled"] = True
+    if rt.evaluator.graphs_selftest:   # HIP: graphs only once they compute what eager does
+        rt.evaluator.graph_selftest()
     return _Enabled(False)
 
 
@@ -185,6 +187,9 @@ def stats(reset: bool = False) -> dict:
         return {"evals": 0, "nodes": {"gpu": 0, "view": 0, "cpu": 0}, "by_primitive": {}, "memory": {}}
     d = rt.evaluator.stats.as_dict()
     d["memory"] = rt.residency.stats()
+    from .runtime import bridge
+
+    d["graphs"] = dict(bridge.graph_stats(), enabled=bool(rt.evaluator.graphs))
     if reset:
         rt.evaluator.stats.reset()
     return d

@@ -220,6 +220,11 @@ def hip_expected_constants(hip, older: bool = False) -> tuple[dict, dict]:
         exprs[enum], want[enum] = enum, value
     for name, value in hip.CONSTANTS.items():
         exprs[name], want[name] = name, value
+    struct, fields, size = hip.KERNEL_NODE_PARAMS    # the graph executor's node parameters
+    for _, (cfield, off) in fields.items():
+        key = f"offsetof({struct},{cfield})"
+        exprs[key], want[key] = f"offsetof({struct}, {cfield})", off
+    exprs[f"sizeof({struct})"], want[f"sizeof({struct})"] = f"sizeof({struct})", size
     for fn, (struct, arch_at, size) in hip.PROPS_LAYOUTS.items():
         if older:
             if fn.endswith("R0600"):

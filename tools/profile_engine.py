@@ -82,9 +82,38 @@ def _null_native():
     with open(src, "w") as f:
         f.write("long null_launches = 0;\n"
                 "int null_launch(void* f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e,"
-                " unsigned g, unsigned h, void* s, void** p, void** x) { null_launches++; return 0; }\n")
+                " unsigned g, unsigned h, void* s, void** p, void** x) { null_launches++; return 0; }\n"
+                # a graph API that only counts (null_graph_api): nodes, updates, launches
+                "long null_graphs = 0, null_nodes = 0, null_updates = 0, null_graph_launches = 0;\n"
+                "int null_graph_create(void** g, unsigned f) { *g = (void*)++null_graphs; return 0; }\n"
+                "int null_graph_destroy(void* g) { return 0; }\n"
+                "int null_graph_add(void** n, void* g, void* const* d, unsigned long nd, const void* p)"
+                " { *n = (void*)++null_nodes; return 0; }\n"
+                "int null_graph_instantiate(void** e, void* g, unsigned long long f) { *e = g; return 0; }\n"
+                "int null_graph_launch(void* e, void* s) { null_graph_launches++; return 0; }\n"
+                "int null_graph_set(void* e, void* n, const void* p) { null_updates++; return 0; }\n"
+                "int null_graph_exec_destroy(void* e) { return 0; }\n")
     subprocess.run([cc, "-O2", "-shared", "-fPIC", src, "-o", so], check=True)
     return _NullNative(ctypes.CDLL(so))
+
+
+def null_graph_api(native):
+    """(entries, layout) for bridge.set_graph_api: the null library's counting graph calls,
+    CUDA's kernel-node layout."""
+    from mlx_amd.runtime.driver import cuda
+
+    lib = native.lib
+    names = {"graph_create": "null_graph_create", "graph_destroy": "null_graph_destroy",
+             "graph_add_kernel_node": "null_graph_add", "graph_instantiate": "null_graph_instantiate",
+             "graph_launch": "null_graph_launch", "graph_exec_kernel_node_set_params": "null_graph_set",
+             "graph_exec_destroy": "null_graph_exec_destroy"}
+    entries = {k: ctypes.cast(getattr(lib, v), ctypes.c_void_p).value for k, v in names.items()}
+    return entries, dict(cuda.CudaDriver.kernel_node_layout)
+
+
+def null_counts(native) -> dict:
+    return {k: ctypes.c_long.in_dll(native.lib, "null_" + k).value
+            for k in ("launches", "graphs", "nodes", "updates", "graph_launches")}
 
 
 def chain(x, n):

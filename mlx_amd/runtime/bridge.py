@@ -14,6 +14,8 @@ API (see ``src/bridge/graph.h``):
                         ``leaves``, ``replay`` (src/bridge/replay.h)
   Program(fp, n)        a recorded evaluation of one graph structure
   Pool, Outputs         the pools' native bookkeeping, a replay's fresh outputs (src/bridge/pool.h)
+  set_graph_api(), graph_stats(), graph_api_shutdown()
+                        replayed launches as CUDA/HIP graphs (src/bridge/graphexec.h)
   drain_freed()         tokens of attached buffers MLX let go of since the last call
   live()                (count, bytes) of attached buffers not yet freed
   expired()             keys of watched buffers that died since the last call
@@ -94,6 +96,9 @@ launch = _bridge.launch
 Program = _bridge.Program
 Pool = _bridge.Pool
 Outputs = _bridge.Outputs
+set_graph_api = _bridge.set_graph_api
+graph_api_shutdown = _bridge.graph_api_shutdown
+graph_stats = _bridge.graph_stats
 
-__all__ = ["Graph", "versions", "probe", "buffer_info", "drain_freed", "live", "expired", "launch", "Program", "Pool", "Outputs",
+__all__ = ["Graph", "versions", "probe", "buffer_info", "drain_freed", "live", "expired", "launch", "Program", "Pool", "Outputs", "set_graph_api", "graph_api_shutdown", "graph_stats",
            "check_versions", "check_abi", "MLX_VERSION"]

@@ -20,6 +20,7 @@ recording and launches the recorded kernels; a node that differs runs here, alon
 
 from __future__ import annotations
 
+import atexit
 import collections
 import ctypes
 import os
@@ -55,6 +56,9 @@ def _resolve(ref, in_ptrs, out_ptrs, temps):
     if kind == "o":
         return out_ptrs[i] + off
     return temps[i].data + off
+
+
+_GRAPH_EXIT = [False]   # graph_api_shutdown registered with atexit
 
 
 # Every live evaluator's residency. The bridge's queue of freed tokens is process-wide
@@ -122,7 +126,67 @@ class Evaluator:
         self._seen: dict = {}              # fingerprint -> sightings before recording
         self.replays = 0                   # evaluations that ran through a program
         self.replay_python = 0             # nodes of those that differed and ran here
+        self.graphs, self.graphs_selftest = self._resolve_graphs()
         _OWNERS.add(residency)
+
+    def _resolve_graphs(self) -> tuple:
+        """(launch replays as CUDA/HIP graphs, a self-test must decide first), from
+        ``MLX_AMD_GRAPHS``: 0 eager; 1 graphs; auto (default) graphs on CUDA, and on HIP
+        only once ``graph_selftest`` found them equal to eager (ROCm had graph bugs that
+        give wrong results: hip#3887 / clr#138); test: the self-test on any driver."""
+        mode = os.environ.get("MLX_AMD_GRAPHS", "auto").strip().lower()
+        if mode not in ("0", "1", "auto", "test"):
+            raise ValueError(f"MLX_AMD_GRAPHS={mode!r}: expected 0, 1, auto or test")
+        if mode == "0" or not self.replay:
+            return False, False
+        api = self.driver.graph_api()
+        if api is None:
+            return False, False
+        _bridge.set_graph_api(*api)
+        if not _GRAPH_EXIT[0]:
+            atexit.register(_bridge.graph_api_shutdown)   # no driver calls while it unloads
+            _GRAPH_EXIT[0] = True
+        if mode == "1" or (mode == "auto" and self.driver.platform == "cuda"):
+            return True, False
+        return False, True
+
+    def graph_selftest(self) -> bool:
+        """Evaluate a chain of a dozen distinct kernels (ROCm's bug showed past about three
+        distinct kernels in one graph) through replays, eagerly and as graphs, with new
+        data and new buffers each time (graph parameters updated in place); graphs stay
+        on only when every result is bitwise the same. Runs where mlx-amd is enabled."""
+        import warnings
+
+        import mlx.core as mx
+        import numpy as np
+
+        def f(x):
+            y = mx.sin(mx.exp(x * 0.5)) + x
+            y = mx.maximum(y, -y * 0.3)
+            y = mx.sqrt(mx.abs(y) + 1.0) * mx.cos(x)
+            y = mx.log1p(mx.abs(mx.tanh(y) - 0.1))
+            return y * mx.sum(y, axis=-1, keepdims=True) + mx.arange(y.shape[-1], dtype=y.dtype)
+
+        before = _bridge.graph_stats()["launches"]
+        got = {}
+        try:
+            for mode in (False, True):
+                self.graphs, outs = mode, []
+                for k in range(5):            # recorded at the 2nd sighting, replayed from the 3rd
+                    y = f(mx.random.normal((64, 257), key=mx.random.key(k)))
+                    mx.eval(y)
+                    outs.append(np.array(y))
+                got[mode] = outs
+            used = _bridge.graph_stats()["launches"] > before
+            ok = used and all(np.array_equal(a, b) for a, b in zip(got[False], got[True]))
+        except Exception as e:   # a driver error in the graph path: eager is the answer
+            ok, used = False, f"{type(e).__name__}: {e}"
+        self.graphs, self.graphs_selftest = ok, False
+        if not ok:
+            warnings.warn(f"mlx-amd: {self.driver.platform.upper()} graphs gave results different from "
+                          f"eager launches{'' if used in (True, False) else f' ({used})'}; using eager "
+                          "launches (MLX_AMD_GRAPHS=1 forces graphs)", RuntimeWarning, stacklevel=2)
+        return ok
 
     # ------------------------------------------------------------------ public
     def eval(self, arrays, async_: bool = False) -> None:
@@ -340,8 +404,14 @@ class Evaluator:
         if not any(k == "gpu" for _, k in kinds):
             return
         if len(self.programs) >= 256:
-            self.programs.clear()
+            self.drop_programs()
         self.programs[prog.fingerprint] = _Program(prog, sizes, kinds)
+
+    def drop_programs(self) -> None:
+        """Forget every recorded program (and destroy their graphs now)."""
+        for p in self.programs.values():
+            p.program.release_graph()
+        self.programs.clear()
 
     def _replay(self, g, known) -> None:
         """Evaluate g through a recorded program. Nodes that differ from the recording run
@@ -386,6 +456,8 @@ class Evaluator:
             return list(self._node(g, metas, n, prim, params, ins, outs, prog if rerecord else None))
 
         def error_cb(n, status, fn, grid, block, args, shared_mem):
+            if n < 0 and not fn:     # the graph of the program failed to launch
+                self.driver.check(status, "graph_launch")
             self.driver.launch_failed(status, ctypes.c_void_p(fn), grid, block, args, shared_mem, stream)
 
         self.driver.ensure_bound()
@@ -393,7 +465,7 @@ class Evaluator:
             written, python_nodes = g.replay(
                 prog, leaf_dev, res.outputs, arena.data if arena is not None else 0,
                 self.native._entry, self.native._end, stream.value if stream is not None else 0,
-                node_cb, error_cb)
+                node_cb, error_cb, self.graphs)
         finally:
             if arena is not None:
                 res.device_pool.free(arena)   # stream order: later users queue behind
@@ -411,6 +483,7 @@ class Evaluator:
             known.refresh()
         if len(python_nodes) * 2 > len(prog):   # mostly different from the recording
             self.programs.pop(prog.fingerprint, None)
+            prog.release_graph()
         freed = _bridge.drain_freed()
         if freed:
             _route_freed(freed)

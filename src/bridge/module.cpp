@@ -70,6 +70,7 @@ NB_MODULE(_bridge, m) {
 
   mlx_amd::register_fast(m);
   mlx_amd::register_pool(m);
+  mlx_amd::register_graphexec(m);
 
   nb::class_<Graph>(m, "Graph",
                     "One walk of the unevaluated graph behind `outputs`.")
@@ -108,10 +109,11 @@ NB_MODULE(_bridge, m) {
            "[(slot, key, host_ptr, buffer_nbytes, token, ndim, size)] per leaf with data")
       .def("replay", &Graph::replay, "program"_a, "leaf_dev"_a, "outputs"_a,
            "arena"_a, "entry"_a, "param_end"_a, "stream"_a, "node_cb"_a,
-           "error_cb"_a,
+           "error_cb"_a, "graphs"_a = false,
            "run the graph through a recorded program (src/bridge/replay.h); "
            "returns ([(key, lo, hi)] written, nodes run in Python); fresh output "
-           "buffers come from `outputs` (an Outputs table) and stay there until adopted");
+           "buffers come from `outputs` (an Outputs table) and stay there until adopted; "
+           "graphs: launch through the program's CUDA/HIP graph (graphexec.h)");
   nb::class_<mlx_amd::Program>(m, "Program", "a recorded evaluation of one graph structure")
       .def(nb::init<uint64_t, size_t>(), "fingerprint"_a, "num_nodes"_a)
       .def_prop_ro("fingerprint", &mlx_amd::Program::fingerprint)
@@ -121,5 +123,9 @@ NB_MODULE(_bridge, m) {
       .def("set_gpu", &mlx_amd::Program::set_gpu, "node"_a, "out_nbytes"_a,
            "donate"_a, "written"_a, "steps"_a, "temp_bytes"_a,
            "rebind"_a = nb::none())
-      .def("kinds", &mlx_amd::Program::kinds);
+      .def("kinds", &mlx_amd::Program::kinds)
+      .def("release_graph", [](mlx_amd::Program& p) { p.graph().release(); },
+           "destroy its CUDA/HIP graph now (the program stays usable)")
+      .def_prop_ro("has_graph", [](mlx_amd::Program& p) { return p.graph().exec != 0; })
+      .def_prop_ro("graph_off", [](mlx_amd::Program& p) { return p.graph().off; });
 }

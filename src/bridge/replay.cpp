@@ -200,7 +200,7 @@ nb::list Graph::leaves() {
 nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
                         uintptr_t arena, uintptr_t entry, intptr_t param_end,
                         uintptr_t stream, nb::callable node_cb,
-                        nb::callable error_cb) {
+                        nb::callable error_cb, bool graphs) {
   if (prog.fingerprint() != fingerprint_ || prog.num_nodes() != nodes_.size()) {
     bad("replay: the program was made for another graph structure");
   }
@@ -223,7 +223,28 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     *out = it->second + static_cast<uintptr_t>(a.offset());
     return true;
   };
+  // With graphs, launches are collected and issued at the end as the program's graph;
+  // anything that must run in order with them on the host side (a callback, a node in
+  // Python) first issues what was collected, and the rest of this replay goes eagerly.
+  graphs = graphs && graph_api_ready() && !prog.graph().off;
+  std::vector<LaunchRec> pending;
+  auto report = [&](int64_t n, int status, const LaunchRec& r) {
+    error_cb(n, status, r.function, nb::make_tuple(r.grid[0], r.grid[1], r.grid[2]),
+             nb::make_tuple(r.block[0], r.block[1], r.block[2]),
+             nb::bytes(r.args.data(), r.args.size()), r.shared_mem);
+    bad("replay: a launch failed and the error callback did not raise");
+  };
+  auto issue_pending = [&]() {
+    size_t failed = 0;
+    int st = launch_eager(pending, 0, entry, param_end, stream, &failed);
+    LaunchRec r;
+    if (st) r = pending[failed];
+    pending.clear();
+    graphs = false;
+    if (st) report(-1, st, r);
+  };
   auto python = [&](int64_t n, bool rerecord) {
+    if (graphs) issue_pending();
     python_nodes.append(n);
     // runs the node in Python (and finishes it); returns [(key, device address)]
     // of the buffers its outputs now use
@@ -236,6 +257,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     }
   };
 
+  try {
   for (int64_t n = 0; n < static_cast<int64_t>(nodes_.size()); ++n) {
     auto& node = nodes_[n];
     auto& pn = prog.at(n, "replay");
@@ -361,6 +383,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
         ptrs.push_back(base + static_cast<uintptr_t>(off));
       }
       if (st.callback.is_valid()) {
+        if (graphs) issue_pending();
         st.callback(int_tuple(ptrs));
         continue;
       }
@@ -368,6 +391,16 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       if (grid[0] == 0) continue;
       blob.assign(reinterpret_cast<const char*>(ptrs.data()), ptrs.size() * sizeof(uintptr_t));
       blob += rb ? rb->tail : st.tail;
+      if (graphs) {
+        LaunchRec r;
+        r.function = st.function;
+        std::copy(grid, grid + 3, r.grid);
+        std::copy(st.block, st.block + 3, r.block);
+        r.shared_mem = st.shared_mem;
+        r.args = blob;
+        pending.push_back(std::move(r));
+        continue;
+      }
       size_t size = blob.size();
       void* extra[5] = {reinterpret_cast<void*>(1), blob.data(), reinterpret_cast<void*>(2), &size,
                         reinterpret_cast<void*>(param_end)};
@@ -382,6 +415,22 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       }
     }
     finish(n);
+  }
+  } catch (...) {
+    // nodes already finished must not stay without their kernels: issue what was collected
+    size_t failed = 0;
+    launch_eager(pending, 0, entry, param_end, stream, &failed);
+    throw;
+  }
+  if (graphs && !pending.empty()) {
+    const char* what = "";
+    int st = graph_run(prog.graph(), pending, entry, param_end, stream, &what);
+    if (st) {
+      LaunchRec r;
+      if (std::string(what) == "kernel launch") r = pending[0];
+      error_cb(-1, st, r.function, nb::make_tuple(0, 0, 0), nb::make_tuple(0, 0, 0), nb::bytes("", 0), 0);
+      bad("replay: a graph launch failed and the error callback did not raise");
+    }
   }
   return nb::make_tuple(written, python_nodes);
 }

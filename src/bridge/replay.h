@@ -15,6 +15,7 @@
 #include <typeinfo>
 
 #include "bridge.h"
+#include "graphexec.h"
 
 namespace mlx_amd {
 
@@ -76,11 +77,13 @@ class Program {
   // stats: (name, kind) per node, kind "view" / "gpu" / "python"
   nb::list kinds() const;
   PNode& at(int64_t n, const char* what);
+  GraphState& graph() { return graph_; }
 
  private:
   uint64_t fingerprint_;
   std::vector<PNode> nodes_;
   size_t arena_ = 0;
+  GraphState graph_;   // its launches as one CUDA/HIP graph (graphexec.h)
 };
 
 }  // namespace mlx_amd

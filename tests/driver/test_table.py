@@ -533,3 +533,26 @@ def test_the_prototype_checker_catches_a_wrong_declaration(cuda_h):
     problems, _ = c.check_prototypes(bad, "cuda", c.prototypes(text, "CUresult"), c.macro_aliases(text),
                                      c.typedefs(text), {"CUdeviceptr": "ptr", "CUdeviceptr_v2": "ptr"})
     assert len(problems) == 1 and problems[0].startswith("mem_alloc (cuMemAlloc_v2)")
+
+
+def test_cuda_kernel_node_layout_matches_cuda_h(cuda_h, tmp_path):
+    """The graph executor fills CUDA_KERNEL_NODE_PARAMS_v2 by these offsets."""
+    import shutil
+
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler")
+    c = _checker()
+    struct, fields, size = cuda.KERNEL_NODE_PARAMS
+    exprs = {f"sizeof": f"sizeof({struct})"}
+    for key, (cfield, _) in fields.items():
+        exprs[key] = f"offsetof({struct}, {cfield})"
+    for d in "YZ":
+        exprs[f"gridDim{d}"] = f"offsetof({struct}, gridDim{d})"
+        exprs[f"blockDim{d}"] = f"offsetof({struct}, blockDim{d})"
+    got = c.compile_and_print(exprs, ["cuda.h"], ["-I" + os.path.dirname(cuda_h)], str(tmp_path))
+    assert got["sizeof"] == size
+    for key, (_, off) in fields.items():
+        assert got[key] == off, (key, got[key], off)
+    assert got["gridDimY"] == got["grid"] + 4 and got["gridDimZ"] == got["grid"] + 8
+    assert got["blockDimY"] == got["block"] + 4 and got["blockDimZ"] == got["block"] + 8
+    assert cuda.CudaDriver.kernel_node_layout["size"] == size

@@ -1,8 +1,9 @@
-"""A replay's output buffers without a GPU: the null-kernel runtime (tools/profile_engine.py:
+"""A replay's output buffers and graphs without a GPU: the null-kernel runtime (tools/profile_engine.py:
 every node takes the GPU path, launches are no-ops, values are garbage) replays from native
 code, so the bookkeeping can be checked here: fresh outputs come from the native pools, the
 ones MLX drops are recycled natively, the survivors get residency records, and nothing leaks
-across many steps."""
+across many steps; with a counting graph API, replays launch one graph each, updating only
+the kernel nodes whose arguments changed."""
 
 import os
 import shutil
@@ -108,3 +109,44 @@ def test_pool_core_matches_the_policy():
     with pytest.raises(ValueError, match=">= 0"):
         p.alloc(-1)
     p.free(b)
+
+
+def test_replays_launch_as_graphs_and_update_changed_nodes(null_runtime):
+    from profile_engine import null_counts, null_graph_api
+
+    from mlx_amd.runtime import bridge
+
+    ev = null_runtime.evaluator
+    bridge.set_graph_api(*null_graph_api(ev.native))
+    ev.graphs = True
+    x = mx.array(np.ones((8, 64), np.float32))
+    c = mx.array(np.float32(1.5))
+    ev.eval([x, c])
+    held = []
+
+    def steps(n):
+        for k in range(n):
+            outs = step(x if k % 2 else x + 0.0, c)     # two graph structures, alternating
+            ev.eval(list(outs))
+            held.append(outs)
+            if len(held) > 3:        # results stay alive a while: buffers (arguments) change
+                held.pop(0)
+
+    steps(6)                         # sightings, recordings, first graphs
+    s0, n0 = bridge.graph_stats(), null_counts(ev.native)
+    steps(8)
+    s1, n1 = bridge.graph_stats(), null_counts(ev.native)
+    assert s1["launches"] - s0["launches"] == 8, (s0, s1)
+    assert n1["graph_launches"] - n0["graph_launches"] == 8
+    assert n1["launches"] == n0["launches"]              # no kernel launched one by one
+    assert s1["builds"] == s0["builds"] and s1["failures"] == s0["failures"]
+    assert s1["node_updates"] > s0["node_updates"]       # new buffers: new arguments in place
+    assert s1["node_updates"] - s0["node_updates"] == n1["updates"] - n0["updates"]
+    # forced eager: kernels one by one again, no graph launch
+    ev.graphs = False
+    steps(2)
+    n2 = null_counts(ev.native)
+    assert n2["graph_launches"] == n1["graph_launches"] and n2["launches"] > n1["launches"]
+    assert all(p.program.has_graph for p in ev.programs.values())
+    ev.drop_programs()
+    assert not ev.programs

@@ -132,6 +132,7 @@ class Driver:
     # native launchers (runtime/launch.py NativeLauncher): the launch entry point's address
     # and LAUNCH_PARAM_END; per-thread device binding; the error a failed launch raises
     def launch_entry(self) -> tuple: raise NotImplementedError
+    def graph_api(self): return None   # (entry addresses, kernel-node layout) where graphs exist
     def ensure_bound(self) -> None: raise NotImplementedError
     def launch_failed(self, status: int, function, grid, block, args, shared_mem, stream) -> None:
         raise NotImplementedError

@@ -52,12 +52,22 @@ def format_version(v: int) -> str:
     return f"{v // 1000}.{v % 1000 // 10}"
 
 
+# CUDA_KERNEL_NODE_PARAMS_v2 (cuda.h): size and byte offsets of the fields the graph
+# executor fills; grid and block are three consecutive unsigned ints each. The v1 struct
+# is its prefix. tests/driver/test_table.py checks these against cuda.h.
+KERNEL_NODE_PARAMS = ("CUDA_KERNEL_NODE_PARAMS_v2", {
+    "func": ("func", 0), "grid": ("gridDimX", 8), "block": ("blockDimX", 20),
+    "shared_mem": ("sharedMemBytes", 32), "kernel_params": ("kernelParams", 40),
+    "extra": ("extra", 48)}, 72)
+
+
 class CudaDriver(TableDriver):
     name = "cuda"
     platform = "nvidia"
     vendor = "cuda"
     error_class = CudaError
     launch_param_end = LAUNCH_PARAM_END
+    kernel_node_layout = {k: off for k, (_, off) in KERNEL_NODE_PARAMS[1].items()} | {"size": KERNEL_NODE_PARAMS[2]}
     error_no_device = ERROR_NO_DEVICE
     init_no_device = (ERROR_NO_DEVICE,)
     attributes = ATTRIBUTES

@@ -98,12 +98,21 @@ def format_version(v: int) -> str:
     return f"{v // 10_000_000}.{v // 100_000 % 100}.{v % 100_000}"
 
 
+# hipKernelNodeParams (hip_runtime_api.h): size and byte offsets of the fields the graph
+# executor fills (a dim3 is three unsigned ints). tools/check_hip_bindings.py checks these
+# against ROCm's headers.
+KERNEL_NODE_PARAMS = ("hipKernelNodeParams", {
+    "block": ("blockDim", 0), "extra": ("extra", 16), "func": ("func", 24), "grid": ("gridDim", 32),
+    "kernel_params": ("kernelParams", 48), "shared_mem": ("sharedMemBytes", 56)}, 64)
+
+
 class HipDriver(TableDriver):
     name = "hip"
     platform = "amd"
     vendor = "hip"
     error_class = HipError
     launch_param_end = LAUNCH_PARAM_END
+    kernel_node_layout = {k: off for k, (_, off) in KERNEL_NODE_PARAMS[1].items()} | {"size": KERNEL_NODE_PARAMS[2]}
     error_no_device = ERROR_NO_DEVICE
     # ROCm 5.x's hipInit answers hipErrorInvalidDevice (101) on a machine without an AMD GPU
     init_no_device = (ERROR_NO_DEVICE, 101)

@@ -25,6 +25,7 @@ S = ctypes.c_char_p          # C strings, or byte buffers the callee fills
 I = ctypes.c_int             # status codes, enums, ordinals
 U = ctypes.c_uint
 Z = ctypes.c_size_t
+Q = ctypes.c_ulonglong
 B = ctypes.c_ubyte
 pI = ctypes.POINTER(ctypes.c_int)
 pP = ctypes.POINTER(ctypes.c_void_p)
@@ -98,6 +99,17 @@ TABLE: tuple[Entry, ...] = tuple(Entry(*row) for row in (
     ("module_get_function",    "hipModuleGetFunction",       "cuModuleGetFunction",   I, (pP, P, S)),
     ("launch_kernel",          "hipModuleLaunchKernel",      "cuLaunchKernel",        I,
                                (P, U, U, U, U, U, U, U, P, P, P)),
+    # graphs: a replayed program's launches as one graph (src/bridge/graphexec.h)
+    ("graph_create",           "hipGraphCreate",             "cuGraphCreate",         I, (pP, U)),
+    ("graph_destroy",          "hipGraphDestroy",            "cuGraphDestroy",        I, (P,)),
+    ("graph_add_kernel_node",  "hipGraphAddKernelNode",
+                               ("cuGraphAddKernelNode_v2", "cuGraphAddKernelNode"), I, (pP, P, pP, Z, P)),
+    ("graph_instantiate",      "hipGraphInstantiateWithFlags", "cuGraphInstantiateWithFlags", I, (pP, P, Q)),
+    ("graph_launch",           "hipGraphLaunch",             "cuGraphLaunch",         I, (P, P)),
+    ("graph_exec_kernel_node_set_params", "hipGraphExecKernelNodeSetParams",
+                               ("cuGraphExecKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams"),
+                                                                                      I, (P, P, P)),
+    ("graph_exec_destroy",     "hipGraphExecDestroy",        "cuGraphExecDestroy",    I, (P,)),
     # errors: HIP returns the strings, CUDA writes them through an out-pointer
     ("get_error_name",         "hipGetErrorName",            None,                    S, (I,)),
     ("get_error_string",       "hipGetErrorString",          None,                    S, (I,)),
@@ -581,6 +593,22 @@ class TableDriver(Driver):
             self._bind()
         fn = self.lib.launch_kernel
         return ctypes.cast(fn, ctypes.c_void_p).value, self.launch_param_end
+
+    # the graph calls the native executor makes (src/bridge/graphexec.h)
+    GRAPH_CALLS = ("graph_create", "graph_destroy", "graph_add_kernel_node", "graph_instantiate",
+                   "graph_launch", "graph_exec_kernel_node_set_params", "graph_exec_destroy")
+
+    def graph_api(self) -> Optional[tuple]:
+        """(entry point address per graph call, the kernel-node parameter struct's layout)
+        for the native graph executor; None when the library lacks one of the calls."""
+        entries = {}
+        for name in self.GRAPH_CALLS:
+            try:
+                fn = getattr(self.lib, name)
+            except (AttributeError, DriverUnavailable):
+                return None
+            entries[name] = ctypes.cast(fn, ctypes.c_void_p).value
+        return entries, dict(self.kernel_node_layout)
 
     def ensure_bound(self) -> None:
         """Bind the calling thread to the device when it is not yet (cheap when it is)."""

@@ -1,0 +1,53 @@
+// A replay's kernel launches as one CUDA/HIP graph (docs/architecture.md, "Graphs").
+//
+// A replay collects its launches (function, grid, block, shared memory, packed
+// arguments) instead of issuing them one by one. When the program's graph has
+// the same launch sequence (same functions), only the nodes whose grid or
+// arguments changed get new parameters (graph-exec kernel-node update) and the
+// graph is launched once; otherwise the graph is built again from the
+// sequence. A replay that must hand work to Python midway (a vendor-library
+// call, a node planned in Python) issues what it collected eagerly and goes on
+// eagerly. The driver entry points and the parameter struct layout (CUDA's and
+// HIP's differ) come from the driver table in Python (set_graph_api), which CI
+// checks against the vendors' headers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "bridge.h"
+
+namespace mlx_amd {
+
+struct LaunchRec {
+  uintptr_t function = 0;
+  unsigned grid[3] = {0, 0, 0}, block[3] = {1, 1, 1};
+  unsigned shared_mem = 0;
+  std::string args;   // packed argument buffer
+  bool same_as(const LaunchRec& o) const;
+};
+
+// per Program: its graph, while it has one
+struct GraphState {
+  uintptr_t graph = 0, exec = 0;
+  std::vector<uintptr_t> nodes;     // kernel nodes, in launch order
+  std::vector<LaunchRec> current;   // what each node holds now
+  int rebuilds_in_a_row = 0;
+  bool off = false;                 // its launch sequence keeps changing: eager
+  ~GraphState();
+  void release();
+};
+
+bool graph_api_ready();
+// Launch `recs` as the program's graph. Returns 0, or the failing driver status
+// (*what names the call). A graph that cannot be built leaves `state` off and
+// the launches are issued eagerly instead.
+int graph_run(GraphState& state, std::vector<LaunchRec>& recs, uintptr_t entry,
+              intptr_t param_end, uintptr_t stream, const char** what);
+// the eager way: each record through the launch entry; 0 or the first failing status
+int launch_eager(const std::vector<LaunchRec>& recs, size_t from, uintptr_t entry,
+                 intptr_t param_end, uintptr_t stream, size_t* failed);
+
+void register_graphexec(nb::module_& m);
+
+}  // namespace mlx_amd
