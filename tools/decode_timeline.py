@@ -94,6 +94,9 @@ def main():
 
         ev = get_runtime().evaluator
         out["replays"], out["replay_python_nodes"] = ev.replays, ev.replay_python
+        from mlx_amd.runtime import bridge
+
+        out["graphs"] = dict(bridge.graph_stats(), enabled=bool(ev.graphs))
     print(json.dumps(out), flush=True)
 
 
