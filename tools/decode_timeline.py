@@ -5,6 +5,7 @@ steps evaluated synchronously (host and GPU one after the other).
     python tools/decode_timeline.py [--shape llama-1b] [--bits 0] [--steps 64]
     python tools/decode_timeline.py --ncu-step ...   # one synchronous step between
         cuProfilerStart/Stop: run under `ncu --profile-from-start off` for its kernels
+    python tools/decode_timeline.py --graphs-compare ...   # graphs vs eager launches
 
 Prints one JSON line: medians in milliseconds of build (the model's graph), queue
 (async_eval until it returns), wait (reading the previous token), step (all three), and
@@ -30,6 +31,8 @@ def main():
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--plain", action="store_true", help="plain MLX (no mlx-amd), for reference")
     ap.add_argument("--ncu-step", action="store_true")
+    ap.add_argument("--graphs-compare", action="store_true",
+                    help="replays as graphs and eagerly, alternating on one model (mlx-amd only)")
     a = ap.parse_args()
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
@@ -52,30 +55,54 @@ def main():
     for _ in range(8):                      # recordings, first replays
         y = step(y)
         mx.eval(y)
-    build, queue, wait, total = [], [], [], []
-    t_prev = time.perf_counter()
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        ny = step(y)
-        t1 = time.perf_counter()
-        mx.async_eval(ny)
-        t2 = time.perf_counter()
+    med = lambda v: round(statistics.median(v) * 1e3, 4)  # noqa: E731
+
+    def pipelined(y, n):
+        build, queue, wait, total = [], [], [], []
+        t_prev = time.perf_counter()
+        for _ in range(n):
+            t0 = time.perf_counter()
+            ny = step(y)
+            t1 = time.perf_counter()
+            mx.async_eval(ny)
+            t2 = time.perf_counter()
+            y.item()
+            t3 = time.perf_counter()
+            build.append(t1 - t0)
+            queue.append(t2 - t1)
+            wait.append(t3 - t2)
+            total.append(t3 - t_prev)
+            t_prev = t3
+            y = ny
         y.item()
-        t3 = time.perf_counter()
-        build.append(t1 - t0)
-        queue.append(t2 - t1)
-        wait.append(t3 - t2)
-        total.append(t3 - t_prev)
-        t_prev = t3
-        y = ny
-    y.item()
-    sync = []
-    for _ in range(a.steps // 2):
-        t0 = time.perf_counter()
-        y = step(y)
-        mx.eval(y)
-        y.item()
-        sync.append(time.perf_counter() - t0)
+        return y, {"build_ms": med(build), "queue_ms": med(queue), "wait_ms": med(wait),
+                   "step_ms": med(total), "tok_s": round(1.0 / statistics.median(total), 1)}
+
+    def synced(y, n):
+        sync = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            y = step(y)
+            mx.eval(y)
+            y.item()
+            sync.append(time.perf_counter() - t0)
+        return y, med(sync)
+
+    if a.graphs_compare:    # the same model and cache: graphs and eager launches, alternating
+        from mlx_amd.runtime.context import get_runtime
+
+        ev = get_runtime().evaluator
+        rows = {True: [], False: []}
+        for mode in (True, False, True, False):
+            ev.graphs = mode
+            y, r = pipelined(y, a.steps)
+            y, r["sync_ms"] = synced(y, a.steps // 2)
+            rows[mode].append(r)
+        print(json.dumps({"shape": a.shape, "bits": a.bits, "graphs": rows[True], "eager": rows[False]}),
+              flush=True)
+        return
+    y, out = pipelined(y, a.steps)
+    y, out["sync_ms"] = synced(y, a.steps // 2)
     if a.ncu_step:
         cuda = ctypes.CDLL("libcuda.so.1")
         mx.eval(y)
@@ -84,11 +111,7 @@ def main():
         mx.eval(y)
         y.item()
         cuda.cuProfilerStop()
-    med = lambda v: round(statistics.median(v) * 1e3, 4)  # noqa: E731
-    out = {"shape": a.shape, "bits": a.bits, "engine": "plain" if a.plain else "mlx-amd",
-           "build_ms": med(build), "queue_ms": med(queue), "wait_ms": med(wait),
-           "step_ms": med(total), "sync_ms": med(sync),
-           "tok_s": round(1.0 / statistics.median(total), 1)}
+    out = {"shape": a.shape, "bits": a.bits, "engine": "plain" if a.plain else "mlx-amd", **out}
     if not a.plain:
         from mlx_amd.runtime.context import get_runtime
 

@@ -131,9 +131,13 @@ class Evaluator:
 
     def _resolve_graphs(self) -> tuple:
         """(launch replays as CUDA/HIP graphs, a self-test must decide first), from
-        ``MLX_AMD_GRAPHS``: 0 eager; 1 graphs; auto (default) graphs on CUDA, and on HIP
-        only once ``graph_selftest`` found them equal to eager (ROCm had graph bugs that
-        give wrong results: hip#3887 / clr#138); test: the self-test on any driver."""
+        ``MLX_AMD_GRAPHS``: auto (default) and 0: eager launches; 1: graphs (on HIP only once
+        ``graph_selftest`` found them equal to eager: ROCm had graph bugs that give wrong
+        results, hip#3887 / clr#138); test: the self-test decides, on any driver.
+        Eager is the default because it measured faster for decode on the H200: a graph is
+        launched once its replay has collected every launch, so the GPU starts a step later,
+        and a read of the step's token then waits for the whole stream (docs/architecture.md,
+        "Graphs")."""
         mode = os.environ.get("MLX_AMD_GRAPHS", "auto").strip().lower()
         if mode not in ("0", "1", "auto", "test"):
             raise ValueError(f"MLX_AMD_GRAPHS={mode!r}: expected 0, 1, auto or test")
@@ -142,11 +146,13 @@ class Evaluator:
         api = self.driver.graph_api()
         if api is None:
             return False, False
-        _bridge.set_graph_api(*api)
+        _bridge.set_graph_api(*api)    # available to switch on (evaluator.graphs) either way
         if not _GRAPH_EXIT[0]:
             atexit.register(_bridge.graph_api_shutdown)   # no driver calls while it unloads
             _GRAPH_EXIT[0] = True
-        if mode == "1" or (mode == "auto" and self.driver.platform == "nvidia"):
+        if mode == "auto":
+            return False, False
+        if mode == "1" and self.driver.platform == "nvidia":
             return True, False
         return False, True
 
@@ -204,6 +210,13 @@ class Evaluator:
             self._host_valid(arrays, download=False)
             self._reap()
             g = _bridge.Graph(arrays, async_)
+            if len(g) == 0:
+                # Nothing to run: the arrays' own queued work, waited for above, is all a
+                # read needs. (No stream-wide wait: mlx-lm reads token n right after queuing
+                # step n + 1, which must not wait for step n + 1.)
+                g.release()
+                self.stats.evals += 1
+                return
             written: list = []
             try:
                 self._run(g)
