@@ -210,13 +210,6 @@ class Evaluator:
             self._host_valid(arrays, download=False)
             self._reap()
             g = _bridge.Graph(arrays, async_)
-            if len(g) == 0:
-                # Nothing to run: the arrays' own queued work, waited for above, is all a
-                # read needs. (No stream-wide wait: mlx-lm reads token n right after queuing
-                # step n + 1, which must not wait for step n + 1.)
-                g.release()
-                self.stats.evals += 1
-                return
             written: list = []
             try:
                 self._run(g)
