@@ -5,7 +5,7 @@ steps evaluated synchronously (host and GPU one after the other).
     python tools/decode_timeline.py [--shape llama-1b] [--bits 0] [--steps 64]
     python tools/decode_timeline.py --ncu-step ...   # one synchronous step between
         cuProfilerStart/Stop: run under `ncu --profile-from-start off` for its kernels
-    python tools/decode_timeline.py --graphs-compare ...   # graphs vs eager launches
+    python tools/decode_timeline.py --modes eager,graphs,graphs+arrays,eager+arrays ...
 
 Prints one JSON line: medians in milliseconds of build (the model's graph), queue
 (async_eval until it returns), wait (reading the previous token), step (all three), and
@@ -31,8 +31,9 @@ def main():
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--plain", action="store_true", help="plain MLX (no mlx-amd), for reference")
     ap.add_argument("--ncu-step", action="store_true")
-    ap.add_argument("--graphs-compare", action="store_true",
-                    help="replays as graphs and eagerly, alternating on one model (mlx-amd only)")
+    ap.add_argument("--modes", default="",
+                    help="comma list of eager|graphs[+stream|+arrays] (launches, and what a read "
+                         "waits for: evaluator.eval_wait), run in turn on one model (mlx-amd only)")
     a = ap.parse_args()
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
@@ -88,18 +89,21 @@ def main():
             sync.append(time.perf_counter() - t0)
         return y, med(sync)
 
-    if a.graphs_compare:    # the same model and cache: graphs and eager launches, alternating
+    if a.modes:    # the same model and cache, each mode in turn, twice
         from mlx_amd.runtime.context import get_runtime
 
         ev = get_runtime().evaluator
-        rows = {True: [], False: []}
-        for mode in (True, False, True, False):
-            ev.graphs = mode
+        modes = a.modes.split(",")
+        rows = {m: [] for m in modes}
+        for m in modes + modes:
+            launch, _, wait = m.partition("+")
+            if launch not in ("eager", "graphs") or wait not in ("", "stream", "arrays"):
+                raise SystemExit(f"--modes: {m!r} is not eager|graphs[+stream|+arrays]")
+            ev.graphs, ev.eval_wait = launch == "graphs", wait or "stream"
             y, r = pipelined(y, a.steps)
             y, r["sync_ms"] = synced(y, a.steps // 2)
-            rows[mode].append(r)
-        print(json.dumps({"shape": a.shape, "bits": a.bits, "graphs": rows[True], "eager": rows[False]}),
-              flush=True)
+            rows[m].append(r)
+        print(json.dumps({"shape": a.shape, "bits": a.bits, **rows}), flush=True)
         return
     y, out = pipelined(y, a.steps)
     y, out["sync_ms"] = synced(y, a.steps // 2)

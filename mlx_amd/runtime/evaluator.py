@@ -127,6 +127,13 @@ class Evaluator:
         self.replays = 0                   # evaluations that ran through a program
         self.replay_python = 0             # nodes of those that differed and ran here
         self.graphs, self.graphs_selftest = self._resolve_graphs()
+        # What an eval with nothing left to run waits for: "stream" (everything queued: today's
+        # default) or "arrays" (only their own queued work, as MLX does; mlx-lm reads token n
+        # right after queuing step n + 1, which then need not finish first). "arrays" is not
+        # yet the default: it has not run on a GPU (docs/architecture.md, "Graphs").
+        self.eval_wait = os.environ.get("MLX_AMD_EVAL_WAIT", "stream").strip().lower()
+        if self.eval_wait not in ("stream", "arrays"):
+            raise ValueError(f"MLX_AMD_EVAL_WAIT={self.eval_wait!r}: expected stream or arrays")
         _OWNERS.add(residency)
 
     def _resolve_graphs(self) -> tuple:
@@ -210,6 +217,11 @@ class Evaluator:
             self._host_valid(arrays, download=False)
             self._reap()
             g = _bridge.Graph(arrays, async_)
+            if self.eval_wait == "arrays" and len(g) == 0:
+                # nothing to run: their own queued work, waited for above, is all they need
+                g.release()
+                self.stats.evals += 1
+                return
             written: list = []
             try:
                 self._run(g)

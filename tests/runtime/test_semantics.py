@@ -128,7 +128,11 @@ def test_memory_counters_describe_the_pool_in_use(runtime):
         assert isinstance(mx.get_active_memory(), int)
 
 
-def test_async_eval_results_and_reads(runtime):
+@pytest.mark.parametrize("wait", ["stream", "arrays"])
+def test_async_eval_results_and_reads(runtime, wait, monkeypatch):
+    # wait: what an eval or read of arrays whose work is only queued waits for
+    # (evaluator.eval_wait, MLX_AMD_EVAL_WAIT): everything queued, or their own work only
+    monkeypatch.setattr(runtime.evaluator, "eval_wait", wait)
     x = mx.arange(1000, dtype=mx.float32)
     ys = []
     for i in range(5):
@@ -141,6 +145,15 @@ def test_async_eval_results_and_reads(runtime):
         ref = ref * (i + 1) + 1
         np.testing.assert_allclose(np.array(y), ref, rtol=1e-6)
     assert ys[-1][7].item() == pytest.approx(float(ref[7]), rel=1e-6)
+    # queued after the reads above: evaluating (then reading) the earliest one again needs
+    # none of the later work, and every value stays right
+    zs = [ys[-1] * float(k) for k in range(3)]
+    for z in zs:
+        mx.async_eval(z)
+    mx.eval(ys[0])
+    np.testing.assert_allclose(np.array(ys[0]), np.arange(1000, dtype=np.float32) + 1, rtol=1e-6)
+    for k, z in enumerate(zs):
+        np.testing.assert_allclose(np.array(z), np.array(ys[-1]) * k, rtol=1e-6)
 
 
 def test_async_eval_error_surfaces_at_synchronize_like_mlx(runtime, tmp_path):
