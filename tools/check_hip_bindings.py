@@ -276,6 +276,9 @@ def rocblas_expected_constants(rb) -> tuple[dict, dict]:
         exprs[key], want[key] = key, v
     for v, n in rb.STATUS.items():
         exprs[n], want[n] = n, v
+    # the integer widths the rows assume (32-bit ints, 64-bit strides: an LP64 build)
+    for t, size in (("rocblas_int", 4), ("rocblas_stride", 8)):
+        exprs[f"sizeof({t})"], want[f"sizeof({t})"] = f"sizeof({t})", size
     return exprs, want
 
 
@@ -312,14 +315,19 @@ def check_blas(include: str, no_compile: bool, require_rocblas: bool) -> list:
             problems.append(msg)
             continue
         extra = [os.path.join(include, "hipblas-common", "hipblas-common.h")]
-        text = read_header([os.path.join(hdir, h) for h in sorted(os.listdir(hdir)) if h.endswith(".h")]
-                           + [p for p in extra if os.path.exists(p)]) + hip_text
+        # rocblas.h only includes internal/*.h, where the declarations are
+        headers = sorted(os.path.join(d, h) for d, _, hs in os.walk(hdir) for h in hs if h.endswith(".h"))
+        text = read_header(headers + [p for p in extra if os.path.exists(p)]) + hip_text
+        # rocBLAS's ILP64 typedefs sit in an `#if defined(rocblas_ILP64)` branch that the
+        # library is not built with (LP64: rocblas_int is 32-bit; the compiled check below
+        # measures it): drop that branch before reading typedefs
+        text = re.sub(r"#if\s+defined\(rocblas_ILP64\).*?#else", "", text, flags=re.S)
         tdefs = typedefs(text)
         # hipblasLt handles and descriptors are pointers to opaque structs
         protos = prototypes(text, status_t)
         bad, checked = check_prototypes(rows, "hip", protos, macro_aliases(text), tdefs)
         problems += bad
-        print(f"{library} prototypes: {checked - len(bad)}/{checked} match {hdir}/*.h")
+        print(f"{library} prototypes: {checked - len(bad)}/{checked} match {hdir}/**/*.h")
         if no_compile:
             continue
         exprs, want = consts

@@ -60,6 +60,9 @@ BASE_PKGS=(
   libhipcub-dev
   librocprim-dev
   libhipfft-dev
+  librocblas-dev         # rocBLAS (the GEMM fallback where hipBLASLt lacks a type or arch):
+                         # its rows are bound and checked too; its per-arch kernel files are
+                         # not installed (path-exclude below)
   cmake ninja-build make
   python3                # build_kernels.py's job runner and the HIP binding check
 )

@@ -11,10 +11,10 @@ CHROOT = os.environ.get("ROCM_CHROOT", "/var/cache/rocm-sid-root")
 
 
 # (suite, chroot, packages, extra args): Debian sid's ROCm 6.4 (the whole check, GEMM
-# libraries included) and Debian trixie's ROCm 5.7 (HIP only: trixie has no hipBLASLt)
+# libraries included, rocBLAS required) and Debian trixie's ROCm 5.7 (HIP only: trixie has no hipBLASLt)
 ROCM57 = ("libamdhip64-dev python3 clang")
 RUNTIMES = {
-    "rocm-6.4": ("sid", CHROOT, None, []),
+    "rocm-6.4": ("sid", CHROOT, None, ["--require-rocblas"]),
     "rocm-5.7": ("trixie", os.environ.get("ROCM57_CHROOT", "/var/cache/rocm-trixie-root"), ROCM57, ["--no-blas"]),
 }
 
