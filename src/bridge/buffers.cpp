@@ -86,8 +86,17 @@ std::vector<int64_t> drain_freed() {
   // a replay's outputs nobody adopted are recycled here (pool.h); the rest go to Python
   std::vector<int64_t> out;
   out.reserve(got.size());
-  for (auto t : got) {
-    if (!release_native(t)) out.push_back(t);
+  for (size_t i = 0; i < got.size(); ++i) {
+    try {
+      if (!release_native(got[i])) out.push_back(got[i]);
+    } catch (...) {
+      // a driver free failed (raised in Python): the tokens not handled yet, and the ones
+      // for Python, wait for the next drain instead of being lost
+      std::lock_guard<std::mutex> lock(r.mu);
+      r.freed.insert(r.freed.begin(), got.begin() + static_cast<std::ptrdiff_t>(i) + 1, got.end());
+      r.freed.insert(r.freed.begin(), out.begin(), out.end());
+      throw;
+    }
   }
   return out;
 }
