@@ -20,7 +20,9 @@ and exits non-zero on any mismatch. It checks that:
      for librocblas and rocblas.h when rocBLAS is installed (Debian: librocblas-dev;
      reported, not failed, when it is missing unless --require-rocblas);
   6. the FFT library (mlx_amd/runtime/fft/table.py): libhipfft exports every hipFFT row,
-     each prototype matches hipfft.h, and the enum values the table hard-codes match.
+     each prototype matches hipfft.h, and the enum values the table hard-codes match;
+  7. the solver library (mlx_amd/runtime/solver/table.py): libhipsolver exports every
+     hipSOLVER row, each prototype matches hipsolver.h, and its enum values match.
 
 The driver package is imported without running mlx_amd/__init__.py (which needs
 mlx): the parent packages are created by hand. The header parser here is plain
@@ -344,46 +346,65 @@ def check_blas(include: str, no_compile: bool, require_rocblas: bool) -> list:
     return problems
 
 
-def check_fft(include: str, no_compile: bool) -> list:
-    """Section 6: the hipFFT rows of runtime/fft/table.py (handles bound as pointers)."""
-    T = importlib.import_module("mlx_amd.runtime.fft.table")
+def check_library(label: str, T, include: str, headers: list, status_t: str, over: dict,
+                  want: dict, compile_header: str, package: str, no_compile: bool) -> list:
+    """One vendor library's HIP rows (``T``: its table module): every symbol exported, every
+    prototype as the headers declare it, and the constants ``want`` ({C expression: value})
+    as the compiler computes them from ``compile_header``."""
     problems = []
     try:
         lib = T.load("hip")
     except Exception as e:
-        return [f"hipfft: library not loadable ({str(e).splitlines()[0]}); install libhipfft-dev"]
+        return [f"{label}: library not loadable ({str(e).splitlines()[0]}); install {package}"]
     rows = T.rows_for("hip")
     missing = [f"{s} ({e.name})" for e in rows for s in T.symbols(e, "hip") if not hasattr(lib._cdll, s)]
-    problems += [f"missing hipfft symbol: {m}" for m in missing]
+    problems += [f"missing {label} symbol: {m}" for m in missing]
     n = sum(len(T.symbols(e, "hip")) for e in rows)
-    print(f"hipfft symbols: {n - len(missing)}/{n} resolved in {lib.path}")
-    header = os.path.join(include, "hipfft", "hipfft.h")
-    if not os.path.exists(header):
-        return problems + [f"hipfft: no {header}; install libhipfft-dev"]
-    text = read_header([header] + [os.path.join(include, "hip", h) for h in ("library_types.h", "hip_runtime_api.h")
-                                   if os.path.exists(os.path.join(include, "hip", h))])
-    # hipfft.h makes the handle an int under __HIP_PLATFORM_NVIDIA__ and a pointer on AMD
-    over = {"hipfftHandle": "ptr", "long long int": "i64"}
-    bad, checked = check_prototypes(rows, "hip", prototypes(text, r"hipfftResult"), macro_aliases(text),
-                                    typedefs(text), over)
+    print(f"{label} symbols: {n - len(missing)}/{n} resolved in {lib.path}")
+    if not headers or not os.path.exists(headers[0]):
+        return problems + [f"{label}: no {headers[0] if headers else 'header'}; install {package}"]
+    text = read_header(headers + [os.path.join(include, "hip", h) for h in ("library_types.h", "hip_runtime_api.h")
+                                  if os.path.exists(os.path.join(include, "hip", h))])
+    bad, checked = check_prototypes(rows, "hip", prototypes(text, status_t), macro_aliases(text), typedefs(text), over)
     problems += bad
-    print(f"hipfft prototypes: {checked - len(bad)}/{checked} match {header}")
+    print(f"{label} prototypes: {checked - len(bad)}/{checked} match {os.path.dirname(headers[0])}")
     if no_compile:
         return problems
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            got = compile_and_print({k: k for k in want}, [compile_header],
+                                    ["-D__HIP_PLATFORM_AMD__", f"-I{include}", "-w"], tmp, lang="c++")
+        except (RuntimeError, subprocess.CalledProcessError) as e:
+            return problems + [f"{label} constant check could not run: {e}"]
+    bad = [f"{k}: the {label} table has {want[k]}, the header says {got.get(k)}" for k in want if got.get(k) != want[k]]
+    problems += bad
+    print(f"{label} constants: {len(want) - len(bad)}/{len(want)} match")
+    return problems
+
+
+def check_fft(include: str, no_compile: bool) -> list:
+    """Section 6: the hipFFT rows of runtime/fft/table.py (handles bound as pointers)."""
+    T = importlib.import_module("mlx_amd.runtime.fft.table")
     want = {f"HIPFFT_{k.upper()}": v for k, v in T.TYPES.items()}
     want.update({"HIPFFT_FORWARD": T.DIRECTION["forward"], "HIPFFT_BACKWARD": T.DIRECTION["inverse"],
                  "sizeof(hipfftHandle)": 8})
     want.update({name: code for code, name in T.STATUS["hip"].items()})
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            got = compile_and_print({k: k for k in want}, ["hipfft/hipfft.h"],
-                                    ["-D__HIP_PLATFORM_AMD__", f"-I{include}", "-w"], tmp, lang="c++")
-        except (RuntimeError, subprocess.CalledProcessError) as e:
-            return problems + [f"hipfft constant check could not run: {e}"]
-    bad = [f"{k}: fft table has {want[k]}, the header says {got.get(k)}" for k in want if got.get(k) != want[k]]
-    problems += bad
-    print(f"hipfft constants: {len(want) - len(bad)}/{len(want)} match")
-    return problems
+    # hipfft.h makes the handle an int under __HIP_PLATFORM_NVIDIA__ and a pointer on AMD
+    return check_library("hipfft", T, include, [os.path.join(include, "hipfft", "hipfft.h")], r"hipfftResult",
+                         {"hipfftHandle": "ptr", "long long int": "i64"}, want, "hipfft/hipfft.h",
+                         "libhipfft-dev", no_compile)
+
+
+def check_solver(include: str, no_compile: bool) -> list:
+    """Section 7: the hipSOLVER rows and enums of runtime/solver/table.py."""
+    T = importlib.import_module("mlx_amd.runtime.solver.table")
+    hdir = os.path.join(include, "hipsolver")
+    headers = [os.path.join(hdir, "hipsolver.h")] + sorted(
+        os.path.join(d, h) for d, _, hs in os.walk(hdir) for h in hs if h.endswith(".h") and h != "hipsolver.h")
+    want = {cname: v for cname, v in T.ENUMS["hip"].values()}
+    want.update({name: code for code, name in T.STATUS["hip"].items()})
+    return check_library("hipsolver", T, include, headers, r"hipsolverStatus_t", {"hipsolverHandle_t": "ptr"},
+                         want, "hipsolver/hipsolver.h", "libhipsolver-dev", no_compile)
 
 
 def main(argv=None) -> int:
@@ -472,6 +493,7 @@ def main(argv=None) -> int:
     if not args.no_blas:
         problems += check_blas(args.include, args.no_compile, args.require_rocblas)
         problems += check_fft(args.include, args.no_compile)
+        problems += check_solver(args.include, args.no_compile)
 
     for p in problems:
         print(f"FAIL: {p}")

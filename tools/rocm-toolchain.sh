@@ -63,6 +63,7 @@ BASE_PKGS=(
   librocblas-dev         # rocBLAS (the GEMM fallback where hipBLASLt lacks a type or arch):
                          # its rows are bound and checked too; its per-arch kernel files are
                          # not installed (path-exclude below)
+  libhipsolver-dev       # hipSOLVER (linalg: Cholesky, LU, inverse); pulls rocSOLVER
   cmake ninja-build make
   python3                # build_kernels.py's job runner and the HIP binding check
 )

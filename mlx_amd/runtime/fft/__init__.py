@@ -18,11 +18,9 @@ from __future__ import annotations
 import collections
 import ctypes
 import dataclasses
-import os
 import threading
-import warnings
 
-from ..driver.base import DriverUnavailable
+from ..vendorlib import Lazy, PerDriver, Workspace
 from . import table as T
 
 ENV = "MLX_AMD_FFT"      # "auto" (default) or "none": never plan FFTs on the GPU
@@ -40,46 +38,18 @@ class Transform:
         return (self.kind, self.n, self.batch)
 
 
+_libs = Lazy(T.load, ENV, "FFT library unavailable, FFTs run on the CPU")
+
+
 def vendor_of(platform_or_arch: str) -> str:
     """"cuda" for the NVIDIA platform (or an sm_ arch), "hip" otherwise."""
     s = str(platform_or_arch)
     return "cuda" if s == "nvidia" or s.startswith("sm_") else "hip"
 
 
-_lock = threading.Lock()
-_libs: dict = {}           # vendor -> Library or the DriverUnavailable it raised
-_engines: dict = {}        # id(driver) -> (driver, engine)
-_warned: set = set()
-
-
-def library(vendor: str):
-    """The vendor's loaded library (cached); raises DriverUnavailable naming the package."""
-    with _lock:
-        lib = _libs.get(vendor)
-        if lib is None:
-            try:
-                lib = T.load(vendor)
-            except DriverUnavailable as e:
-                lib = e
-            _libs[vendor] = lib
-    if isinstance(lib, Exception):
-        raise lib
-    return lib
-
-
-def available(vendor: str) -> bool:
-    """Whether FFT nodes may be planned for this vendor (library loads, not switched off)."""
-    if os.environ.get(ENV, "auto").strip().lower() == "none":
-        return False
-    try:
-        library(vendor)
-        return True
-    except DriverUnavailable as e:
-        if vendor not in _warned:
-            _warned.add(vendor)
-            warnings.warn(f"mlx-amd: FFT library unavailable, FFTs run on the CPU: {e}",
-                          RuntimeWarning, stacklevel=3)
-        return False
+# library(vendor): the loaded library (raises DriverUnavailable naming the package);
+# available(vendor): whether FFT nodes may be planned (it loads, MLX_AMD_FFT is not "none")
+library, available = _libs.library, _libs.available
 
 
 class FftEngine:
@@ -90,7 +60,7 @@ class FftEngine:
         self.driver, self.pool = driver, pool
         self.handle_t = T.HANDLE_TYPES[self.vendor][0]
         self.plans: collections.OrderedDict = collections.OrderedDict()   # key -> (handle, work bytes)
-        self.ws_block, self.ws_bytes = None, 0
+        self.work = Workspace(pool)
         self.lock = threading.Lock()
         driver.synchronize()            # binds the device's context in this thread
 
@@ -121,23 +91,13 @@ class FftEngine:
         p = self.plans[key] = (h, int(ws.value))
         return p
 
-    def _work_area(self, nbytes: int):
-        if nbytes <= self.ws_bytes:
-            return self.ws_block.data if self.ws_block is not None else None
-        if self.ws_block is not None:
-            self.pool.free(self.ws_block)     # stream order: its next user queues behind
-            self.ws_block, self.ws_bytes = None, 0
-        self.ws_block = self.pool.alloc(nbytes)
-        self.ws_bytes = nbytes
-        return self.ws_block.data
-
     def execute(self, t: Transform, src: int, dst: int, stream) -> None:
         lib, check = self.lib, self.check
         with self.lock:
             h, need = self._plan(t)
             check(lib.set_stream(h, stream), "set_stream", h, stream)
             if need:
-                ws = self._work_area(need)
+                ws = self.work.get(need)
                 check(lib.set_work_area(h, ws), "set_work_area", h, hex(ws))
             if t.kind == "c2c":
                 d = T.DIRECTION["inverse" if t.inverse else "forward"]
@@ -151,32 +111,16 @@ class FftEngine:
         for h, _ in self.plans.values():
             self.lib.destroy(h)
         self.plans.clear()
-        if self.ws_block is not None:
-            self.pool.free(self.ws_block)
-            self.ws_block, self.ws_bytes = None, 0
+        self.work.release()
 
 
-def engine(ctx) -> FftEngine:
-    drv = ctx.driver
-    with _lock:
-        rec = _engines.get(id(drv))
-        if rec is not None and rec[0] is drv:
-            return rec[1]
-    eng = FftEngine(drv, ctx.residency.device_pool)
-    with _lock:
-        _engines[id(drv)] = (drv, eng)
-    return eng
+_per_driver = PerDriver(FftEngine)
+engine = _per_driver.get          # engine(ctx): the driver's FftEngine
+close_all = _per_driver.close_all
 
 
 def run(ctx, t: Transform, src: int, dst: int, stream) -> None:
     engine(ctx).execute(t, src, dst, stream)
-
-
-def close_all() -> None:
-    with _lock:
-        for drv, eng in _engines.values():
-            eng.close()
-        _engines.clear()
 
 
 __all__ = ["Transform", "run", "engine", "available", "library", "vendor_of", "close_all", "FftEngine"]

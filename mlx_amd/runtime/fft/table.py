@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import NamedTuple
 
 from ..driver.base import DriverError
+from ..driver.table import Entry  # noqa: F401  (the driver table's row type, re-exported)
 from ..driver.table import Library as _Library
-from ..driver.table import format_arg, symbols
+from ..driver.table import symbols
 
 P = ctypes.c_void_p
 I = ctypes.c_int
@@ -45,14 +45,6 @@ pH = _HandleMarker("pH")
 
 HANDLE_TYPES = {"hip": (ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)),
                 "cuda": (ctypes.c_int, ctypes.POINTER(ctypes.c_int))}
-
-
-class Entry(NamedTuple):
-    name: str
-    hip: object
-    cuda: object
-    restype: object
-    argtypes: tuple
 
 
 TABLE: tuple[Entry, ...] = tuple(Entry(*row) for row in (
@@ -120,16 +112,9 @@ def Library(cdll, vendor: str, path: str) -> _Library:
 
 def make_check(lib) -> callable:
     """``check(status, call, *args)``: raise FftError naming the call, the status and a hint."""
-    names = STATUS[lib.vendor]
+    from ..vendorlib import status_check
 
-    def check(status: int, call: str, *args) -> None:
-        if status:
-            text = f"{lib.symbol(call)}({', '.join(map(format_arg, args))})"
-            name = names.get(status, f"status {status}")
-            h = HINTS.get(status, "")
-            raise FftError(text, status, name, name + (f" ({h})" if h else ""))
-
-    return check
+    return status_check(lib, FftError, STATUS[lib.vendor], HINTS)
 
 
 # library files tried in order, install hint
@@ -143,11 +128,9 @@ LIBRARIES = {
 
 def load(vendor: str, env=os.environ, opener=ctypes.CDLL):
     """dlopen the vendor's FFT library; DriverUnavailable names the package to install."""
-    from ..blas.table import open_vendor_library
+    from ..vendorlib import load as load_vendor
 
-    names, hint = LIBRARIES[vendor]
-    cdll, path = open_vendor_library(names, hint, vendor, env, opener)
-    return Library(cdll, vendor, path)
+    return load_vendor(LIBRARIES, Library, vendor, env, opener)
 
 
 __all__ = ["TABLE", "BY_NAME", "Entry", "H", "pH", "TYPES", "DIRECTION", "STATUS", "FftError",

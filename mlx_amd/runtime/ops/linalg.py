@@ -1,0 +1,200 @@
+"""Linalg launcher: MLX's Cholesky and Inverse (mx.linalg.cholesky, inv, tri_inv) through
+the solver library (runtime/solver: hipSOLVER / cuSOLVER) and hip_kernels/linalg.hip.
+
+Beyond MLX's CUDA backend, which runs linalg on the CPU. float32 and float64, as MLX
+accepts; any input layout (copied row-contiguous first); a batch of matrices runs one
+library call each.
+
+The library is column-major and reads MLX's row-major matrix A as A^T:
+
+- Cholesky(upper): A = L L^T, L lower (MLX's default) is, read column-major, the upper
+  factor of A^T = A, so potrf runs with the opposite fill mode on a row-contiguous copy
+  of A, and the triangle it leaves untouched (A's own entries) is cleared. Like MLX, a
+  matrix that is not positive definite raises nothing (MLX's LAPACK leaves a partial
+  factor; the library leaves its own, which differs: only positive definite inputs are
+  compared).
+- Inverse(tri=False): LU with partial pivoting of A^T (the copy) and solves on identity
+  right-hand sides give A^-T column-major, which is A^-1 read row-major (MLX's LAPACK
+  path factors the same buffer the same way). A zero pivot raises MLX's error,
+  "[Inverse::eval_cpu] LU factorization failed with error code k", after a sync.
+- Inverse(tri=True, upper): the other triangle of the copy is cleared first, the first
+  zero diagonal entry (if any) raises MLX's "triangular inversion failed with error code
+  k", and the result's other triangle is cleared.
+
+Not run on a GPU yet (VERIFIED = False; tests/ops/test_linalg_gpu.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import struct
+
+from .. import kernel_table as kt
+from ..launch import Launch
+from ..plan import ITEMSIZE, HostCall, Plan, inp, out, tmp
+from . import elementwise as ew
+
+FAMILY = "linalg"
+PRIMITIVES = {"Cholesky": "cholesky", "Inverse": "inverse"}
+VERIFIED = False
+
+DTYPES = ("float32", "float64")
+_ARGS = struct.Struct("<qqii")      # LinalgArgs after its two pointers: n, batch, keep_upper, pad
+THREADS = 256                       # mlxa::linalg::kThreads
+MAX_N = (1 << 31) - 1               # the libraries' int dimensions
+
+
+def _kernel(fn, dtype):
+    return kt.table("linalg").kernel(kt, fn, dtype)
+
+
+def _launch(fn, dtype, n, batch, refs, keep_upper=0, items=None, device=None):
+    items = n * n * batch if items is None else items
+    grid, block = ew.grid_for(items, device)
+    return Launch(FAMILY, _kernel(fn, dtype), grid, block, 0, 2,
+                  _ARGS.pack(n, batch, int(keep_upper), 0), refs=tuple(refs))
+
+
+@dataclasses.dataclass(frozen=True)
+class Potrf:
+    """HostCall: Cholesky of each matrix in place (ptrs: matrices, info)."""
+
+    dtype: str
+    lower_col: bool
+    n: int
+    batch: int
+
+    def __call__(self, ptrs, stream, ctx):
+        from .. import solver
+
+        a, info = ptrs
+        solver.engine(ctx).potrf(self.dtype, self.lower_col, self.n, a, self.n * self.n * ITEMSIZE[self.dtype],
+                                 self.batch, info, stream)
+
+
+@dataclasses.dataclass(frozen=True)
+class Getri:
+    """HostCall: X := A^-1 per matrix (ptrs: A (overwritten by its LU factors), X (identity
+    on entry), pivots, infos)."""
+
+    dtype: str
+    n: int
+    batch: int
+
+    def __call__(self, ptrs, stream, ctx):
+        from .. import solver
+
+        a, x, ipiv, info = ptrs
+        solver.engine(ctx).inverse_t(self.dtype, self.n, a, x, self.n * self.n * ITEMSIZE[self.dtype],
+                                     self.batch, ipiv, info, stream)
+
+
+@dataclasses.dataclass(frozen=True)
+class InfoCheck:
+    """HostCall: MLX's RuntimeError for the first matrix whose code (int32 per matrix at
+    ptrs[0]) is not zero, after the stream drains. ``solves``: a second run of codes (the
+    solves' own) that must all be zero."""
+
+    what: str             # "LU factorization" or "triangular inversion"
+    batch: int
+    solves: bool = False
+
+    def __call__(self, ptrs, stream, ctx):
+        n = self.batch * (2 if self.solves else 1)
+        codes = (ctypes.c_int32 * n)()
+        ctx.driver.memcpy_dtoh(ctypes.addressof(codes), ptrs[0], 4 * n, stream)
+        ctx.driver.stream_synchronize(stream)
+        for k in codes[: self.batch]:
+            if k:
+                raise RuntimeError(f"[Inverse::eval_cpu] {self.what} failed with error code {k}")
+        for k in codes[self.batch:]:
+            if k:
+                raise RuntimeError(f"[Inverse::eval_cpu] the solve after the LU factorization failed "
+                                   f"with error code {k}")
+
+
+def _square(node):
+    """(x, n, batch) of a one-input node on a batch of square float32/float64 matrices."""
+    if len(node.ins) != 1 or len(node.outs) != 1:
+        return None
+    x, o = node.ins[0], node.out
+    if x.dtype not in DTYPES or o.dtype != x.dtype or x.shape != o.shape or x.ndim < 2:
+        return None
+    n = x.shape[-1]
+    if x.shape[-2] != n or n > MAX_N:
+        return None
+    batch = 1
+    for d in x.shape[:-2]:
+        batch *= d
+    return x, n, batch
+
+
+def _flags(params, count):
+    """A state() of `count` bools, possibly unwrapped."""
+    if count == 1 and isinstance(params, bool):
+        return (params,)
+    if isinstance(params, tuple) and len(params) == 1 and isinstance(params[0], tuple):
+        params = params[0]
+    if not isinstance(params, tuple) or len(params) != count or not all(isinstance(p, bool) for p in params):
+        return None
+    return params
+
+
+def _prepare(node, nflags, copy_to, device):
+    """(x, n, batch, flags, the launch copying x row-contiguous to ``copy_to``), an empty
+    Plan for no matrices, or None when the node is not ours."""
+    got, flags = _square(node), _flags(node.params, nflags)
+    if got is None or flags is None:
+        return None
+    x, n, batch = got
+    if n == 0 or batch == 0:
+        return Plan(())
+    copy = ew.dense_copy_launch(x, x.shape, inp(0), copy_to, device)
+    return None if copy is None else (x, n, batch, flags, copy)
+
+
+def plan_cholesky(node, device):
+    got = _prepare(node, 1, out(0), device)
+    if not isinstance(got, tuple):
+        return got
+    x, n, batch, (upper,), copy = got
+    return Plan((copy,
+                 HostCall(Potrf(x.dtype, bool(upper), n, batch), (out(0), tmp(0)),
+                          what=f"potrf {x.dtype} {n}x{n} x{batch}"),
+                 _launch("tri", x.dtype, n, batch, (out(0), out(0)), keep_upper=upper, device=device)),
+                temps=(4 * batch,))
+
+
+def plan_inverse(node, device):
+    got = _prepare(node, 2, tmp(0), device)
+    if not isinstance(got, tuple):
+        return got
+    x, n, batch, (tri, upper), copy = got
+    dt = x.dtype
+    # temporaries: the copy (LU factors), pivots, codes (factorizations, solves), zero-diagonal codes
+    temps = [batch * n * n * ITEMSIZE[dt], 4 * n * batch, 8 * batch] + ([4 * batch] if tri else [])
+    steps = [copy]
+    if tri:
+        steps += [_launch("tri", dt, n, batch, (tmp(0), tmp(0)), keep_upper=upper, device=device),
+                  _launch("diag", dt, n, batch, (tmp(0), tmp(3)), items=batch, device=device)]
+    steps += [_launch("eye", dt, n, batch, (out(0), out(0)), device=device),
+              HostCall(Getri(dt, n, batch), (tmp(0), out(0), tmp(1), tmp(2)),
+                       what=f"getrf+getrs {dt} {n}x{n} x{batch}")]
+    if tri:
+        steps += [HostCall(InfoCheck("triangular inversion", batch), (tmp(3),), what="zero diagonal check"),
+                  _launch("tri", dt, n, batch, (out(0), out(0)), keep_upper=upper, device=device)]
+    else:
+        steps.append(HostCall(InfoCheck("LU factorization", batch, solves=True), (tmp(2),),
+                              what="zero pivot check"))
+    return Plan(tuple(steps), temps=tuple(temps))
+
+
+def plan_node(node, device):
+    if node.prim not in PRIMITIVES:
+        return None
+    from .. import solver
+
+    if not solver.available(solver.vendor_of(getattr(device, "arch", ""))):
+        return None
+    return plan_cholesky(node, device) if node.prim == "Cholesky" else plan_inverse(node, device)

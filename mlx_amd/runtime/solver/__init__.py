@@ -1,0 +1,119 @@
+"""Dense factorizations through the vendor library: hipSOLVER on AMD, cuSOLVER on the
+NVIDIA test GPU (runtime/solver/table.py binds both).
+
+The libraries are column-major; the buffers are MLX's row-major matrices, which the
+library reads as their transposes. The launcher (runtime/ops/linalg.py) accounts for
+that (a Cholesky factor's triangle flips; A^-T computed on A's buffer is A^-1 read
+row-major). ``engine(ctx)`` is one library handle per driver, bound to the evaluator's
+stream at every call, with one workspace from the device pool grown on demand (one
+stream: calls never overlap). ``available(vendor)`` says whether the library loads;
+planning declines linalg nodes when it does not (MLX's CPU fallback runs them), with a
+one-time warning naming the package.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from ..fft import vendor_of  # noqa: F401  (one platform rule for every vendor library)
+from ..vendorlib import Lazy, PerDriver, Workspace
+from . import table as T
+
+ENV = "MLX_AMD_SOLVER"     # "auto" (default) or "none": never plan linalg on the GPU
+ITEMSIZE = {"float32": 4, "float64": 8}
+PREFIX = {"float32": "s", "float64": "d"}
+
+_libs = Lazy(T.load, ENV, "solver library unavailable, linalg runs on the CPU")
+
+
+library, available = _libs.library, _libs.available
+
+
+class SolverEngine:
+    def __init__(self, driver, pool, lib=None):
+        self.vendor = vendor_of(driver.platform)
+        self.lib = lib or library(self.vendor)
+        self.check = T.make_check(self.lib)
+        self.enums = {k: v for k, (_, v) in T.ENUMS[self.vendor].items()}
+        self.driver, self.pool = driver, pool
+        self.work = Workspace(pool)
+        self.lock = threading.Lock()
+        driver.synchronize()            # binds the device's context in this thread
+        h = ctypes.c_void_p()
+        self.check(self.lib.create(ctypes.byref(h)), "create", "&handle")
+        self.handle = h
+
+    def _bind(self, stream) -> None:
+        self.check(self.lib.set_stream(self.handle, stream), "set_stream", self.handle, stream)
+
+    def potrf(self, dtype: str, lower_col: bool, n: int, a: int, stride: int, batch: int,
+              info: int, stream) -> None:
+        """Cholesky of `batch` column-major n x n matrices `stride` bytes apart, in place;
+        one int32 info per matrix at `info`."""
+        lib, check, p = self.lib, self.check, PREFIX[dtype]
+        uplo = self.enums["fill_lower" if lower_col else "fill_upper"]
+        with self.lock:
+            self._bind(stream)
+            lw = ctypes.c_int(0)
+            fn = f"{p}potrf_buffer_size"
+            check(getattr(lib, fn)(self.handle, uplo, n, a, n, ctypes.byref(lw)), fn, uplo, n, hex(a), n, "&lwork")
+            work = self.work.get(max(lw.value, 1) * ITEMSIZE[dtype])
+            fn = f"{p}potrf"
+            call = getattr(lib, fn)
+            for b in range(batch):
+                ab, ib = a + b * stride, info + 4 * b
+                check(call(self.handle, uplo, n, ab, n, work, lw.value, ib), fn, uplo, n, hex(ab), n,
+                      hex(work), lw.value, hex(ib))
+
+    def inverse_t(self, dtype: str, n: int, a: int, x: int, stride: int, batch: int, ipiv: int,
+                  info: int, stream) -> None:
+        """X := A^-1 for `batch` column-major matrices (LU with partial pivoting of A in
+        place, then A X = X on identity right-hand sides already in X). ipiv: n int32 per
+        matrix; info: 2 * batch int32, the factorizations' (a zero pivot's 1-based index)
+        then the solves' (getrs writes its own: it must not hide a singular factor)."""
+        lib, check, p = self.lib, self.check, PREFIX[dtype]
+        op_n = self.enums["op_n"]
+        hip = self.vendor == "hip"
+        with self.lock:
+            self._bind(stream)
+            lw = ctypes.c_int(0)
+            fn = f"{p}getrf_buffer_size"
+            check(getattr(lib, fn)(self.handle, n, n, a, n, ctypes.byref(lw)), fn, n, n, hex(a), n, "&lwork")
+            need = lw.value
+            if hip:   # hipSOLVER's getrs takes a workspace too (cuSOLVER's does not)
+                lw2 = ctypes.c_int(0)
+                fn = f"{p}getrs_buffer_size"
+                check(getattr(lib, fn)(self.handle, op_n, n, n, a, n, ipiv, x, n, ctypes.byref(lw2)),
+                      fn, op_n, n, n, hex(a), n, hex(ipiv), hex(x), n, "&lwork")
+                need = max(need, lw2.value)
+            work = self.work.get(max(need, 1) * ITEMSIZE[dtype])
+            for b in range(batch):
+                ab, xb, pb = a + b * stride, x + b * stride, ipiv + 4 * n * b
+                fi, si = info + 4 * b, info + 4 * (batch + b)
+                if hip:
+                    fn = f"{p}getrf_ws"
+                    check(getattr(lib, fn)(self.handle, n, n, ab, n, work, need, pb, fi), fn, n, n, hex(ab), n,
+                          hex(work), need, hex(pb), hex(fi))
+                    fn = f"{p}getrs_ws"
+                    check(getattr(lib, fn)(self.handle, op_n, n, n, ab, n, pb, xb, n, work, need, si), fn,
+                          op_n, n, n, hex(ab), n, hex(pb), hex(xb), n, hex(work), need, hex(si))
+                else:
+                    fn = f"{p}getrf"
+                    check(getattr(lib, fn)(self.handle, n, n, ab, n, work, pb, fi), fn, n, n, hex(ab), n,
+                          hex(work), hex(pb), hex(fi))
+                    fn = f"{p}getrs"
+                    check(getattr(lib, fn)(self.handle, op_n, n, n, ab, n, pb, xb, n, si), fn, op_n, n, n,
+                          hex(ab), n, hex(pb), hex(xb), n, hex(si))
+
+    def close(self) -> None:
+        self.work.release()
+        self.lib.destroy(self.handle)
+
+
+_per_driver = PerDriver(SolverEngine)
+engine = _per_driver.get          # engine(ctx): the driver's SolverEngine
+close_all = _per_driver.close_all
+
+
+__all__ = ["SolverEngine", "engine", "available", "library", "vendor_of", "close_all", "ITEMSIZE"]

@@ -1,0 +1,269 @@
+"""Linalg family plans without a GPU: the argument struct of hip_kernels/linalg.hip against
+the packer, the plans' steps, a numpy model of the row-major / column-major bookkeeping
+(what the library computes on MLX's buffers, read back row-major) against MLX's CPU
+results, MLX's error texts, and the solver engine's calls into a recording fake library
+for both vendors' signatures."""
+
+import ctypes
+import os
+import re
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from cprobe import probe_output
+from mlx_amd.runtime import kernel_table as kt
+from mlx_amd.runtime.launch import Launch
+from mlx_amd.runtime.ops import linalg as la
+from mlx_amd.runtime.plan import HostCall, Layout, Node, Plan
+from mlx_amd.runtime.solver import SolverEngine
+from mlx_amd.runtime.solver import table as st
+
+R = Layout.row_major
+HIP = os.path.join(os.path.dirname(__file__), "..", "..", "hip_kernels", "linalg.hip")
+
+
+class Dev:
+    wave_size, compute_units, arch = 32, 132, "sm_90"
+
+
+def node(prim, x, params):
+    return Node(prim, params, (x,), (R(x.shape, x.dtype),))
+
+
+# ------------------------------------------------------------------ the struct, byte for byte
+def test_args_struct_matches_the_packer(tmp_path):
+    src = open(HIP).read()
+    struct_src = re.search(r'extern "C" \{\s*// packed.*?\n(struct LinalgArgs \{.*?\};)', src, re.S).group(1)
+    probe = ("#include <cstddef>\n#include <cstdint>\n#include <cstdio>\n" + struct_src + "\n"
+             "#define F(f) std::printf(#f \" %zu\\n\", offsetof(LinalgArgs, f));\n"
+             "int main() { std::printf(\"sizeof %zu\\n\", sizeof(LinalgArgs)); F(a) F(out) F(n) F(batch) F(keep_upper) }\n")
+    got = dict((k, int(v)) for k, v in (line.split() for line in probe_output(probe, tmp_path).splitlines()))
+    assert got == {"sizeof": 16 + la._ARGS.size, "a": 0, "out": 8, "n": 16, "batch": 24, "keep_upper": 32}
+
+
+def test_kernel_table():
+    names = kt.kernel_names("linalg")
+    assert set(names) == {f"linalg_{f}_{d}_{d}" for f in ("tri", "eye", "diag") for d in ("float32", "float64")}
+    assert "MLXA_LINALG(linalg_diag_float64_float64, diag, double)" in kt.instantiation_source("linalg")
+
+
+# ------------------------------------------------------------------------------ plans
+@pytest.fixture
+def solver_present(monkeypatch):
+    from mlx_amd.runtime import solver
+
+    monkeypatch.setattr(solver, "available", lambda vendor: True)
+
+
+def test_no_library_means_mlx_cpu(monkeypatch):
+    from mlx_amd.runtime import solver
+
+    monkeypatch.setattr(solver, "available", lambda vendor: False)
+    assert la.plan_node(node("Cholesky", R((4, 4), "float32"), (False,)), Dev()) is None
+
+
+def test_cholesky_plan_steps(solver_present):
+    x = Layout.strided((3, 5, 5), (25, 1, 5), "float32")        # transposed matrices
+    for upper in (False, True):
+        p = la.plan_node(node("Cholesky", x, (upper,)), Dev())
+        copy, call, tri = p.steps
+        assert isinstance(copy, Launch) and copy.family == "copy"
+        assert isinstance(call, HostCall) and call.fn == la.Potrf("float32", upper, 5, 3)
+        assert tri.kernel == "linalg_tri_float32_float32" and tri.tail == la._ARGS.pack(5, 3, int(upper), 0)
+        assert p.temps == (12,)
+    assert la.plan_node(node("Cholesky", R((0, 4, 4), "float64"), True), Dev()) == Plan(())   # bare bool state
+    for bad in (R((4, 4), "float16"), R((3, 4), "float32"), R((4,), "float32"), R((2, 4, 4), "complex64")):
+        assert la.plan_node(node("Cholesky", bad, (False,)), Dev()) is None
+
+
+def test_inverse_plan_steps(solver_present):
+    x = R((2, 6, 6), "float64")
+    p = la.plan_node(node("Inverse", x, (False, False)), Dev())
+    kinds = [s.kernel if isinstance(s, Launch) else type(s.fn).__name__ for s in p.steps]
+    assert kinds[1:] == ["linalg_eye_float64_float64", "Getri", "InfoCheck"]
+    assert p.temps == (2 * 36 * 8, 4 * 6 * 2, 8 * 2)
+    assert p.steps[-1].fn == la.InfoCheck("LU factorization", 2, solves=True)
+    p = la.plan_node(node("Inverse", x, ((True, True),)), Dev())    # state as a nested tuple
+    kinds = [s.kernel if isinstance(s, Launch) else type(s.fn).__name__ for s in p.steps]
+    assert kinds[1:] == ["linalg_tri_float64_float64", "linalg_diag_float64_float64", "linalg_eye_float64_float64",
+                         "Getri", "InfoCheck", "linalg_tri_float64_float64"]
+    assert p.steps[2].grid[0] >= 1 and p.temps[-1] == 8
+    assert la.plan_node(node("Inverse", x, (True,)), Dev()) is None   # malformed state
+
+
+# ------------------------------------------------- numpy model of the buffer bookkeeping
+def col_major_view(buf, n):
+    """What the library sees of a row-major n x n buffer: its transpose."""
+    return buf.reshape(n, n).T
+
+
+def model_cholesky(a, upper):
+    n = a.shape[0]
+    buf = a.astype(np.float64).copy().ravel()
+    col = col_major_view(buf, n).copy()
+    lower_col = upper           # Potrf(lower_col=upper)
+    f = np.linalg.cholesky(col) if lower_col else np.linalg.cholesky(col).T   # the library's factor
+    keep = np.tril(np.ones((n, n), bool)) if lower_col else np.triu(np.ones((n, n), bool))
+    col[keep] = f[keep]         # potrf writes its triangle only
+    out = col.T.copy()          # row-major read of the column-major result
+    return np.triu(out) if upper else np.tril(out)   # the tri kernel
+
+
+def model_inverse(a):
+    n = a.shape[0]
+    col = col_major_view(a.astype(np.float64).ravel(), n)
+    x_col = np.linalg.solve(col, np.eye(n))           # getrf + getrs on identity
+    return x_col.T.copy()                              # read row-major
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_model_cholesky_is_mlx(upper):
+    rng = np.random.default_rng(1)
+    m = rng.standard_normal((6, 6))
+    a = (m @ m.T + 6 * np.eye(6)).astype(np.float32)
+    ref = np.array(mx.linalg.cholesky(mx.array(a), upper=upper, stream=mx.cpu))
+    np.testing.assert_allclose(model_cholesky(a, upper), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("upper", [None, False, True])
+def test_model_inverse_is_mlx(upper):
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((5, 5)).astype(np.float32) + 3 * np.eye(5, dtype=np.float32)
+    if upper is None:
+        ref = np.array(mx.linalg.inv(mx.array(a), stream=mx.cpu))
+        got = model_inverse(a)
+    else:
+        t = np.triu(a) if upper else np.tril(a)       # the tri kernel on the copy
+        ref = np.array(mx.linalg.tri_inv(mx.array(a), upper=upper, stream=mx.cpu))
+        got = model_inverse(t)
+        got = np.triu(got) if upper else np.tril(got)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ errors, as MLX words them
+class FakeDriver:
+    def __init__(self, codes):
+        self.codes = codes
+
+    def memcpy_dtoh(self, dst, src, n, stream):
+        buf = (ctypes.c_int32 * len(self.codes))(*self.codes)
+        ctypes.memmove(dst, buf, n)
+
+    def stream_synchronize(self, stream):
+        pass
+
+
+class Ctx:
+    def __init__(self, codes):
+        self.driver = FakeDriver(codes)
+
+
+def test_info_check_raises_mlx_errors():
+    a = np.array([[1.0, 2.0], [2.0, 4.0]], np.float32)
+    with pytest.raises(RuntimeError) as e:
+        mx.eval(mx.linalg.inv(mx.array(a), stream=mx.cpu))
+    with pytest.raises(RuntimeError) as got:
+        la.InfoCheck("LU factorization", 2, solves=True)((0,), None, Ctx([0, 2, 0, 0]))
+    assert str(got.value) == str(e.value)
+    t = np.array([[1.0, 2.0], [0.0, 0.0]], np.float32)
+    with pytest.raises(RuntimeError) as e:
+        mx.eval(mx.linalg.tri_inv(mx.array(t), upper=True, stream=mx.cpu))
+    with pytest.raises(RuntimeError) as got:
+        la.InfoCheck("triangular inversion", 1)((0,), None, Ctx([2]))
+    assert str(got.value) == str(e.value)
+    la.InfoCheck("LU factorization", 2, solves=True)((0,), None, Ctx([0, 0, 0, 0]))   # no error
+    with pytest.raises(RuntimeError, match="solve"):
+        la.InfoCheck("LU factorization", 1, solves=True)((0,), None, Ctx([0, -3]))
+
+
+def test_unverified_family_is_left_out(monkeypatch):
+    from mlx_amd.runtime import ops
+
+    assert la.VERIFIED is False
+    monkeypatch.delenv("MLX_AMD_UNVERIFIED", raising=False)
+    assert "Cholesky" not in ops.dispatch_table()
+    monkeypatch.setenv("MLX_AMD_UNVERIFIED", "1")
+    assert ops.dispatch_table()["Inverse"] is la
+
+
+# ------------------------------------------------ the engine against a recording fake library
+class FakeLib:
+    def __init__(self, vendor):
+        self.vendor, self.calls = vendor, []
+
+    def symbol(self, name):
+        return name
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if not st.symbols(st.BY_NAME[name], self.vendor):
+            raise AttributeError(f"{name} has no {self.vendor} symbol")
+
+        def call(*args):
+            self.calls.append((name, args))
+            for a in args:                      # size queries: 7 elements of workspace
+                if isinstance(a, ctypes._Pointer) or type(a).__name__ == "CArgObject":
+                    ctypes.cast(a, ctypes.POINTER(ctypes.c_int))[0] = 7 if "buffer_size" in name else 0
+            return 0
+        return call
+
+
+class FakePool:
+    class B:
+        def __init__(self, n):
+            self.data, self.n = 0x10000, n
+
+    def alloc(self, n):
+        return self.B(n)
+
+    def free(self, b):
+        pass
+
+
+class EngineDriver:
+    def __init__(self, platform):
+        self.platform = platform
+
+    def synchronize(self):
+        pass
+
+
+@pytest.mark.parametrize("vendor,platform", [("hip", "amd"), ("cuda", "nvidia")])
+def test_engine_calls_per_vendor(vendor, platform):
+    lib = FakeLib(vendor)
+    eng = SolverEngine(EngineDriver(platform), FakePool(), lib=lib)
+    enums = {k: v for k, (_, v) in st.ENUMS[vendor].items()}
+    lib.calls.clear()
+    eng.potrf("float64", False, 3, 0x1000, 72, 2, 0x9000, 0x5)
+    names = [c[0] for c in lib.calls]
+    assert names == ["set_stream", "dpotrf_buffer_size", "dpotrf", "dpotrf"]
+    assert [c[1][1] for c in lib.calls[2:]] == [enums["fill_upper"]] * 2
+    assert [c[1][3] for c in lib.calls[2:]] == [0x1000, 0x1000 + 72]      # matrix b at b * stride
+    assert [c[1][-1] for c in lib.calls[2:]] == [0x9000, 0x9004]          # one info each
+    lib.calls.clear()
+    eng.inverse_t("float32", 4, 0x1000, 0x2000, 64, 2, 0x3000, 0x4000, 0x5)
+    names = [c[0] for c in lib.calls]
+    if vendor == "hip":
+        assert names == ["set_stream", "sgetrf_buffer_size", "sgetrs_buffer_size",
+                         "sgetrf_ws", "sgetrs_ws", "sgetrf_ws", "sgetrs_ws"]
+    else:
+        assert names == ["set_stream", "sgetrf_buffer_size", "sgetrf", "sgetrs", "sgetrf", "sgetrs"]
+    facts = [c[1] for c in lib.calls if c[0].startswith("sgetrf") and "buffer" not in c[0]]
+    solves = [c[1] for c in lib.calls if c[0].startswith("sgetrs") and "buffer" not in c[0]]
+    assert [f[-1] for f in facts] == [0x4000, 0x4004]          # factorization codes first,
+    assert [s[-1] for s in solves] == [0x4008, 0x400C]         # then the solves'
+    assert [f[-2] for f in facts] == [0x3000, 0x3000 + 16]     # n pivots per matrix
+    assert all(s[1] == enums["op_n"] for s in solves)
+
+
+def test_solver_table_rows():
+    for vendor in ("hip", "cuda"):
+        rows = st.rows_for(vendor)
+        syms = [s for e in rows for s in st.symbols(e, vendor)]
+        assert len(syms) == len(set(syms)) and syms
+        assert all(s.startswith("hipsolver" if vendor == "hip" else "cusolverDn") for s in syms)
+    assert {e.name for e in st.rows_for("hip")} - {e.name for e in st.rows_for("cuda")} == {
+        "sgetrf_ws", "dgetrf_ws", "sgetrs_ws", "dgetrs_ws", "sgetrs_buffer_size", "dgetrs_buffer_size"}
