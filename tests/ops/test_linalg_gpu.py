@@ -1,4 +1,4 @@
-"""Cholesky and Inverse on the GPU through hipSOLVER / cuSOLVER (family VERIFIED = False:
+"""Cholesky, Inverse and Eigh on the GPU through hipSOLVER / cuSOLVER (family VERIFIED = False:
 enabled here with MLX_AMD_UNVERIFIED=1) against MLX's CPU (LAPACK): float32 and float64,
 batches, transposed / sliced / broadcast inputs, tri_inv both ways, and MLX's errors for
 singular matrices. Two correct factorizations differ by rounding that grows with the
@@ -105,3 +105,24 @@ def test_singular_raises_mlx_error(gpu_runtime, fn, a):
     assert str(got.value) == str(ref.value)
     ok = mx.linalg.inv(mx.array(np.eye(3, dtype=np.float32)))   # the process goes on
     np.testing.assert_array_equal(np.array(ok), np.eye(3, dtype=np.float32))
+
+
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("shape", [(1, 1), (6, 6), (3, 32, 32)])
+def test_eigh(gpu_runtime, dt, uplo, shape):
+    # eigenvalues against MLX's; eigenvectors (unique up to sign) by A v = w v and V^T V = I
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal(shape).astype(np.float64 if dt == "f64" else np.float32)
+    x = mx.array(a)
+    check_gpu(lambda v: mx.linalg.eigvalsh(v, UPLO=uplo), x, prims=("Eigh",), rtol=TOL[x.dtype],
+              atol=TOL[x.dtype] * 10, what=f"eigvalsh {dt} {uplo} {shape}")
+    w, v = mx.linalg.eigh(x, UPLO=uplo)
+    w, v = np.array(w).astype(np.float64), np.array(v).astype(np.float64)
+    tri = np.tril if uplo == "L" else np.triu
+    t = tri(a.astype(np.float64))
+    sym = t + np.swapaxes(tri(a.astype(np.float64), -1 if uplo == "L" else 1), -1, -2)
+    n = shape[-1]
+    tol = 1e-3 if dt == "f32" else 1e-9
+    np.testing.assert_allclose(sym @ v, v * w[..., None, :], atol=tol * max(1.0, np.abs(a).max()) * n)
+    np.testing.assert_allclose(np.swapaxes(v, -1, -2) @ v, np.broadcast_to(np.eye(n), v.shape), atol=tol * n)

@@ -93,6 +93,24 @@ def test_inverse_plan_steps(solver_present):
     assert la.plan_node(node("Inverse", x, (True,)), Dev()) is None   # malformed state
 
 
+def eigh_node(x, uplo, vectors):
+    outs = (R(x.shape[:-1], x.dtype),) + ((R(x.shape, x.dtype),) if vectors else ())
+    return Node("Eigh", (uplo, vectors), (x,), outs)
+
+
+def test_eigh_plan_steps(solver_present):
+    x = Layout.strided((2, 6, 6), (36, 1, 6), "float32")
+    p = la.plan_node(eigh_node(x, "L", True), Dev())
+    copy, call, check, back = p.steps
+    assert call.fn == la.Syevd("float32", True, False, 6, 2) and check.fn.prim == "Eigh"
+    assert back.refs == (("t", 0, 0), ("o", 1, 0)) and p.temps == (2 * 36 * 4, 8)
+    p = la.plan_node(eigh_node(R((6, 6), "float64"), "U", False), Dev())
+    assert len(p.steps) == 3 and p.steps[1].fn.lower_col is True
+    assert la.plan_node(eigh_node(R((4, 4), "complex64"), "L", True), Dev()) is None
+    assert la.plan_node(Node("Eigh", ("X", True), (R((4, 4), "float32"),),
+                             (R((4,), "float32"), R((4, 4), "float32"))), Dev()) is None
+
+
 # ------------------------------------------------- numpy model of the buffer bookkeeping
 def col_major_view(buf, n):
     """What the library sees of a row-major n x n buffer: its transpose."""
@@ -142,6 +160,24 @@ def test_model_inverse_is_mlx(upper):
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_model_eigh_is_mlx(uplo):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((5, 5)).astype(np.float32)       # not symmetric: the triangle matters
+    n = 5
+    col = col_major_view(a.astype(np.float64).ravel(), n)
+    lower_col = uplo == "U"                                   # Syevd(lower_col = UPLO == "U")
+    sym = np.tril(col) + np.tril(col, -1).T if lower_col else np.triu(col) + np.triu(col, 1).T
+    w, v_col = np.linalg.eigh(sym)                            # the library on that triangle
+    buf = v_col.T.copy()                                      # column-major result, read row-major
+    v = buf.T                                                 # the transposing copy
+    rw, rv = (np.array(t) for t in mx.linalg.eigh(mx.array(a), UPLO=uplo, stream=mx.cpu))
+    np.testing.assert_allclose(w, rw, rtol=1e-5, atol=1e-5)
+    for k in range(n):                                        # columns are eigenvectors, up to sign
+        s = np.sign(v[:, k] @ rv[:, k])
+        np.testing.assert_allclose(s * v[:, k], rv[:, k], atol=1e-4)
+
+
 # ------------------------------------------------------------------ errors, as MLX words them
 class FakeDriver:
     def __init__(self, codes):
@@ -174,6 +210,8 @@ def test_info_check_raises_mlx_errors():
         la.InfoCheck("triangular inversion", 1)((0,), None, Ctx([2]))
     assert str(got.value) == str(e.value)
     la.InfoCheck("LU factorization", 2, solves=True)((0,), None, Ctx([0, 0, 0, 0]))   # no error
+    with pytest.raises(RuntimeError, match=r"^\[Eigh::eval_cpu\] Eigenvalue decomposition failed with error code 3$"):
+        la.InfoCheck("Eigenvalue decomposition", 1, prim="Eigh")((0,), None, Ctx([3]))
     with pytest.raises(RuntimeError, match="solve"):
         la.InfoCheck("LU factorization", 1, solves=True)((0,), None, Ctx([0, -3]))
 
@@ -257,6 +295,20 @@ def test_engine_calls_per_vendor(vendor, platform):
     assert [s[-1] for s in solves] == [0x4008, 0x400C]         # then the solves'
     assert [f[-2] for f in facts] == [0x3000, 0x3000 + 16]     # n pivots per matrix
     assert all(s[1] == enums["op_n"] for s in solves)
+
+
+@pytest.mark.parametrize("vendor,platform", [("hip", "amd"), ("cuda", "nvidia")])
+def test_engine_syevd_calls(vendor, platform):
+    lib = FakeLib(vendor)
+    eng = SolverEngine(EngineDriver(platform), FakePool(), lib=lib)
+    enums = {k: v for k, (_, v) in st.ENUMS[vendor].items()}
+    lib.calls.clear()
+    eng.syevd("float32", True, True, 4, 0x1000, 0x8000, 2, 0x9000, 0x5)
+    calls = [c for c in lib.calls if c[0] == "ssyevd"]
+    assert [c[0] for c in lib.calls] == ["set_stream", "ssyevd_buffer_size", "ssyevd", "ssyevd"]
+    assert all(c[1][1] == enums["eig_vector"] and c[1][2] == enums["fill_lower"] for c in calls)
+    assert [c[1][4] for c in calls] == [0x1000, 0x1000 + 64] and [c[1][6] for c in calls] == [0x8000, 0x8010]
+    assert [c[1][-1] for c in calls] == [0x9000, 0x9004]
 
 
 def test_solver_table_rows():

@@ -1,5 +1,6 @@
-"""Linalg launcher: MLX's Cholesky and Inverse (mx.linalg.cholesky, inv, tri_inv) through
-the solver library (runtime/solver: hipSOLVER / cuSOLVER) and hip_kernels/linalg.hip.
+"""Linalg launcher: MLX's Cholesky, Inverse and Eigh (mx.linalg.cholesky, inv, tri_inv,
+eigh, eigvalsh) through the solver library (runtime/solver: hipSOLVER / cuSOLVER) and
+hip_kernels/linalg.hip.
 
 Beyond MLX's CUDA backend, which runs linalg on the CPU. float32 and float64, as MLX
 accepts; any input layout (copied row-contiguous first); a batch of matrices runs one
@@ -20,6 +21,13 @@ The library is column-major and reads MLX's row-major matrix A as A^T:
 - Inverse(tri=True, upper): the other triangle of the copy is cleared first, the first
   zero diagonal entry (if any) raises MLX's "triangular inversion failed with error code
   k", and the result's other triangle is cleared.
+- Eigh(UPLO, vectors): syevd on the copy with the opposite fill mode ('L' reads A's lower
+  triangle); eigenvalues ascending, as LAPACK's; eigenvector k is column k of the
+  column-major result, so a transposing copy writes MLX's layout (vectors as columns).
+  Eigenvectors are unique only up to sign (and rotation inside repeated eigenvalues), so
+  the tests check A v = w v and orthonormality rather than MLX's exact vectors. A failure
+  to converge raises MLX's "[Eigh::eval_cpu] Eigenvalue decomposition failed with error
+  code k". complex64 (MLX's heevd path): MLX's CPU fallback.
 
 Not run on a GPU yet (VERIFIED = False; tests/ops/test_linalg_gpu.py).
 """
@@ -32,11 +40,11 @@ import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import ITEMSIZE, HostCall, Plan, inp, out, tmp
+from ..plan import ITEMSIZE, HostCall, Layout, Plan, inp, out, tmp
 from . import elementwise as ew
 
 FAMILY = "linalg"
-PRIMITIVES = {"Cholesky": "cholesky", "Inverse": "inverse"}
+PRIMITIVES = {"Cholesky": "cholesky", "Inverse": "inverse", "Eigh": "eigh"}
 VERIFIED = False
 
 DTYPES = ("float32", "float64")
@@ -91,14 +99,33 @@ class Getri:
 
 
 @dataclasses.dataclass(frozen=True)
+class Syevd:
+    """HostCall: eigenvalues (and eigenvectors, in place) per matrix (ptrs: matrices,
+    eigenvalues, infos)."""
+
+    dtype: str
+    vectors: bool
+    lower_col: bool
+    n: int
+    batch: int
+
+    def __call__(self, ptrs, stream, ctx):
+        from .. import solver
+
+        a, w, info = ptrs
+        solver.engine(ctx).syevd(self.dtype, self.vectors, self.lower_col, self.n, a, w, self.batch, info, stream)
+
+
+@dataclasses.dataclass(frozen=True)
 class InfoCheck:
     """HostCall: MLX's RuntimeError for the first matrix whose code (int32 per matrix at
     ptrs[0]) is not zero, after the stream drains. ``solves``: a second run of codes (the
     solves' own) that must all be zero."""
 
-    what: str             # "LU factorization" or "triangular inversion"
+    what: str             # "LU factorization", "triangular inversion", "Eigenvalue decomposition"
     batch: int
     solves: bool = False
+    prim: str = "Inverse"
 
     def __call__(self, ptrs, stream, ctx):
         n = self.batch * (2 if self.solves else 1)
@@ -107,10 +134,10 @@ class InfoCheck:
         ctx.driver.stream_synchronize(stream)
         for k in codes[: self.batch]:
             if k:
-                raise RuntimeError(f"[Inverse::eval_cpu] {self.what} failed with error code {k}")
+                raise RuntimeError(f"[{self.prim}::eval_cpu] {self.what} failed with error code {k}")
         for k in codes[self.batch:]:
             if k:
-                raise RuntimeError(f"[Inverse::eval_cpu] the solve after the LU factorization failed "
+                raise RuntimeError(f"[{self.prim}::eval_cpu] the solve after the LU factorization failed "
                                    f"with error code {k}")
 
 
@@ -190,6 +217,47 @@ def plan_inverse(node, device):
     return Plan(tuple(steps), temps=tuple(temps))
 
 
+def plan_eigh(node, device):
+    """Eigh(UPLO, compute_eigenvectors): outputs (values) or (values, vectors)."""
+    p = node.params
+    if isinstance(p, tuple) and len(p) == 1 and isinstance(p[0], tuple):
+        p = p[0]
+    if not (isinstance(p, tuple) and len(p) == 2 and p[0] in ("L", "U") and isinstance(p[1], bool)):
+        return None
+    uplo, vectors = p
+    if len(node.ins) != 1 or len(node.outs) != (2 if vectors else 1):
+        return None
+    x = node.ins[0]
+    if x.dtype not in DTYPES or x.ndim < 2 or x.shape[-1] != x.shape[-2] or x.shape[-1] > MAX_N:
+        return None
+    w = node.outs[0]
+    n = x.shape[-1]
+    if w.dtype != x.dtype or w.shape != x.shape[:-1] or (vectors and node.outs[1].shape != x.shape):
+        return None
+    batch = 1
+    for d in x.shape[:-2]:
+        batch *= d
+    if n == 0 or batch == 0:
+        return Plan(())
+    copy = ew.dense_copy_launch(x, x.shape, inp(0), tmp(0), device)
+    if copy is None:
+        return None
+    # 'L' reads A's lower triangle, the upper one of the column-major view
+    steps = [copy, HostCall(Syevd(x.dtype, vectors, uplo == "U", n, batch), (tmp(0), out(0), tmp(1)),
+                            what=f"syevd {x.dtype} {n}x{n} x{batch}"),
+             HostCall(InfoCheck("Eigenvalue decomposition", batch, prim="Eigh"), (tmp(1),),
+                      what="convergence check")]
+    if vectors:
+        # eigenvector k is column k of the column-major result: row k of the buffer
+        st = list(Layout.row_major(x.shape, x.dtype).strides)
+        st[-1], st[-2] = st[-2], st[-1]
+        back = ew.dense_copy_launch(Layout.strided(x.shape, tuple(st), x.dtype), x.shape, tmp(0), out(1), device)
+        if back is None:
+            return None
+        steps.append(back)
+    return Plan(tuple(steps), temps=(batch * n * n * ITEMSIZE[x.dtype], 4 * batch))
+
+
 def plan_node(node, device):
     if node.prim not in PRIMITIVES:
         return None
@@ -197,4 +265,4 @@ def plan_node(node, device):
 
     if not solver.available(solver.vendor_of(getattr(device, "arch", ""))):
         return None
-    return plan_cholesky(node, device) if node.prim == "Cholesky" else plan_inverse(node, device)
+    return {"Cholesky": plan_cholesky, "Inverse": plan_inverse, "Eigh": plan_eigh}[node.prim](node, device)

@@ -106,6 +106,29 @@ class SolverEngine:
                     check(getattr(lib, fn)(self.handle, op_n, n, n, ab, n, pb, xb, n, si), fn, op_n, n, n,
                           hex(ab), n, hex(pb), hex(xb), n, hex(si))
 
+    def syevd(self, dtype: str, vectors: bool, lower_col: bool, n: int, a: int, w: int, batch: int,
+              info: int, stream) -> None:
+        """Eigenvalues (ascending, n per matrix at w) and, with ``vectors``, eigenvectors (the
+        columns of each column-major matrix, in place) of `batch` symmetric matrices; the
+        library reads the ``lower_col`` triangle. One int32 info per matrix."""
+        lib, check, p = self.lib, self.check, PREFIX[dtype]
+        jobz = self.enums["eig_vector" if vectors else "eig_novector"]
+        uplo = self.enums["fill_lower" if lower_col else "fill_upper"]
+        item = ITEMSIZE[dtype]
+        with self.lock:
+            self._bind(stream)
+            lw = ctypes.c_int(0)
+            fn = f"{p}syevd_buffer_size"
+            check(getattr(lib, fn)(self.handle, jobz, uplo, n, a, n, w, ctypes.byref(lw)), fn, jobz, uplo, n,
+                  hex(a), n, hex(w), "&lwork")
+            work = self.work.get(max(lw.value, 1) * item)
+            fn = f"{p}syevd"
+            call = getattr(lib, fn)
+            for b in range(batch):
+                ab, wb, ib = a + b * n * n * item, w + b * n * item, info + 4 * b
+                check(call(self.handle, jobz, uplo, n, ab, n, wb, work, lw.value, ib), fn, jobz, uplo, n,
+                      hex(ab), n, hex(wb), hex(work), lw.value, hex(ib))
+
     def close(self) -> None:
         self.work.release()
         self.lib.destroy(self.handle)

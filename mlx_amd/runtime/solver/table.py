@@ -53,15 +53,21 @@ _ROWS += _typed(1, 0, "getrs_buffer_size", "getrs_bufferSize", I, (P, I, I, I, P
 _ROWS += _typed(1, 0, "getrs_ws", "getrs", I, (P, I, I, I, P, I, P, P, I, P, I, P))   # work, lwork, info
 _ROWS += _typed(0, 1, "getrs", "getrs", I, (P, I, I, I, P, I, P, P, I, P))             # info
 
+# syevd: handle, jobz, uplo, n, A, lda, W, (&lwork | work, lwork, info)
+_ROWS += _typed(1, 1, "syevd_buffer_size", "syevd_bufferSize", I, (P, I, I, I, P, I, P, pI))
+_ROWS += _typed(1, 1, "syevd", "syevd", I, (P, I, I, I, P, I, P, P, I, P))
+
 TABLE: tuple[Entry, ...] = tuple(Entry(*row) for row in _ROWS)
 BY_NAME: dict[str, Entry] = {e.name: e for e in TABLE}
 
 # enum values per vendor (C names for the header checks)
 ENUMS = {
     "hip": {"fill_upper": ("HIPSOLVER_FILL_MODE_UPPER", 121), "fill_lower": ("HIPSOLVER_FILL_MODE_LOWER", 122),
-            "op_n": ("HIPSOLVER_OP_N", 111)},
+            "op_n": ("HIPSOLVER_OP_N", 111), "eig_novector": ("HIPSOLVER_EIG_MODE_NOVECTOR", 201),
+            "eig_vector": ("HIPSOLVER_EIG_MODE_VECTOR", 202)},
     "cuda": {"fill_upper": ("CUBLAS_FILL_MODE_UPPER", 1), "fill_lower": ("CUBLAS_FILL_MODE_LOWER", 0),
-             "op_n": ("CUBLAS_OP_N", 0)},
+             "op_n": ("CUBLAS_OP_N", 0), "eig_novector": ("CUSOLVER_EIG_MODE_NOVECTOR", 0),
+             "eig_vector": ("CUSOLVER_EIG_MODE_VECTOR", 1)},
 }
 STATUS = {
     "hip": {0: "HIPSOLVER_STATUS_SUCCESS", 1: "HIPSOLVER_STATUS_NOT_INITIALIZED",
