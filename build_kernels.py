@@ -51,8 +51,8 @@ the arch's LDS or workgroup limit, or runs at a wave width other than the arch's
 implied occupancy per family and arch.
 
 Incremental: an output is rebuilt only when its key changes: the family's source,
-any header under hip_kernels/include, the generated ``<family>.inc``, the compiler
-version or the flags. Keys live in ``build/kernels/stamps``; ``--cache-dir`` (or
+the headers under hip_kernels/include it includes (transitively), the generated
+``<family>.inc``, the compiler version or the flags. Keys live in ``build/kernels/stamps``; ``--cache-dir`` (or
 $MLX_AMD_KERNEL_CACHE) adds a content-addressed store outside the clone, so CI
 restores unchanged objects into a clean clone without compiling.
 """
@@ -181,6 +181,9 @@ def flag_signature(target: str) -> list:
 
 
 # --------------------------------------------------------------------------- helpers
+
+_QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
 
 def sha256_bytes(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
@@ -422,13 +425,39 @@ class Project:
         return shas
 
     def header_digest(self) -> str:
+        """Every header under hip_kernels/include."""
+        return self._digest(p for p in self.include_dir.rglob("*") if p.is_file()) \
+            if self.include_dir.is_dir() else hashlib.sha256().hexdigest()
+
+    def _digest(self, paths) -> str:
         h = hashlib.sha256()
-        if self.include_dir.is_dir():
-            for p in sorted(self.include_dir.rglob("*")):
-                if p.is_file():
-                    h.update(str(p.relative_to(self.include_dir)).encode() + b"\0")
-                    h.update(sha256_file(p).encode())
+        for p in sorted(paths):
+            h.update(str(p.relative_to(self.include_dir)).encode() + b"\0")
+            h.update(sha256_file(p).encode())
         return h.hexdigest()
+
+    def family_header_digest(self, family: str) -> str:
+        """The headers under hip_kernels/include that <family>.hip reaches through quoted
+        #includes, transitively (every #include counts, whatever #if it sits under). A
+        generated .inc is keyed on its own; a quoted include found nowhere here makes every
+        header count, so a dependency is never missed."""
+        found, stack = set(), [self.src_dir / f"{family}.hip"]
+        while stack:
+            f = stack.pop()
+            for name in _QUOTED_INCLUDE.findall(f.read_text(errors="replace")):
+                if name.endswith(".inc") and "/" not in name:
+                    continue
+                for base in (f.parent, self.include_dir):
+                    cand = (base / name).resolve()
+                    if cand.is_file():
+                        break
+                else:
+                    return self.header_digest()
+                if cand not in found and self.include_dir.resolve() in cand.parents:
+                    found.add(cand)
+                    stack.append(cand)
+        inc = self.include_dir.resolve()
+        return self._digest(self.include_dir / p.relative_to(inc) for p in found)
 
     def toolchain(self, kind: str) -> Toolchain:
         if kind not in self._toolchains:
@@ -493,7 +522,7 @@ class Report:
 def plan(proj: Project, targets: list) -> list:
     families = proj.families()
     inc = proj.write_generated(families)
-    headers = proj.header_digest()
+    headers = {fam: proj.family_header_digest(fam) for fam in families}
     units = []
     for t in targets:
         tc = proj.toolchain(kind_of(t))
@@ -501,7 +530,7 @@ def plan(proj: Project, targets: list) -> list:
         for fam in families:
             key = sha256_bytes(json.dumps({
                 "rules": RULES_VERSION, "target": t, "source": sha256_file(proj.src_dir / f"{fam}.hip"),
-                "headers": headers, "inc": inc[fam], "compiler": version, "flags": flag_signature(t),
+                "headers": headers[fam], "inc": inc[fam], "compiler": version, "flags": flag_signature(t),
             }, sort_keys=True).encode())
             units.append(Unit(fam, t, key, outputs_for(fam, t)))
     return units

@@ -200,11 +200,29 @@ def test_build_manifest_incremental_and_cache(tiny, tmp_path):
     assert manifest(tiny)["targets"]["sm_90"]["families"]["alpha"]["kernels"] == \
         ["alpha_scale_double", "alpha_scale_float"]
 
-    # A header change rebuilds every family.
+    # A header change rebuilds the families that include it (both include tiny.h) ...
     with open(tiny / "hip_kernels" / "include" / "tiny" / "tiny.h", "a") as f:
         f.write("// touched\n")
     rep = bk.build(project(tiny, cache), ["sm_90"])
     assert sorted(rep.built) == ["sm_90/alpha", "sm_90/beta"]
+    # ... and only those: a header beta reaches through another header, and a new header
+    # nobody includes
+    inc = tiny / "hip_kernels" / "include" / "tiny"
+    (inc / "beta_args.h").write_text('#pragma once\n#include "beta_more.h"\n')
+    (inc / "beta_more.h").write_text("#pragma once\n")
+    (tiny / "hip_kernels" / "beta.hip").write_text('#include "tiny/beta_args.h"\n' + BETA)
+    rep = bk.build(project(tiny, cache), ["sm_90"])
+    assert rep.built == ["sm_90/beta"]
+    with open(inc / "beta_more.h", "a") as f:
+        f.write("// touched\n")
+    (inc / "unused.h").write_text("#pragma once\n")
+    rep = bk.build(project(tiny, cache), ["sm_90"])
+    assert rep.built == ["sm_90/beta"] and rep.up_to_date == ["sm_90/alpha"]
+    # a quoted include found nowhere here: every header counts for that family
+    p = project(tiny)
+    (tiny / "hip_kernels" / "beta.hip").write_text('#include "somewhere/else.h"\n' + BETA)
+    assert p.family_header_digest("beta") == p.header_digest() != p.family_header_digest("alpha")
+    (tiny / "hip_kernels" / "beta.hip").write_text('#include "tiny/beta_args.h"\n' + BETA)
 
     # A clean clone with the same cache restores every object without compiling.
     assert bk.main(["--root", str(tiny), "--clean", "-q"]) == 0
