@@ -8,14 +8,15 @@
 #include "mlxa/types.h"
 
 extern "C" {
-// packed by mlx_amd/runtime/ops/linalg.py (two pointers, then struct "<qqii")
+// packed by mlx_amd/runtime/ops/linalg.py (three pointers, then struct "<qqii")
 struct LinalgArgs {
   void* a;
-  void* out;            // diag: the int32 codes (tri, eye: unused)
-  int64_t n;
+  void* out;            // diag: the int32 codes; lupiv: the uint32 pivots (tri, eye: unused)
+  void* out2;           // lupiv: the uint32 row permutation
+  int64_t n;            // rows
   int64_t batch;
   int32_t keep_upper;   // tri: 1 keeps j >= i (zeroes below the diagonal), 0 keeps j <= i
-  int32_t pad;
+  int32_t k;            // lupiv: pivots per matrix (min(rows, columns))
 };
 }
 
@@ -58,6 +59,30 @@ MLXA_DEVICE void diag(const LinalgArgs& p) {
     for (long long i = 0; i < p.n && !k; ++i)
       if (a[b * p.n * p.n + i * p.n + i] == T(0)) k = (int32_t)(i + 1);
     info[b] = k;
+  }
+}
+
+// one thread per (matrix, row r): the library's 1-based row swaps (k int32 per matrix at
+// p.a) as MLX's 0-based pivots (rows r < k write them), and MLX's row permutation: where
+// row r of A ends up, following r through the swaps in order (the type parameter is unused:
+// one kernel serves both float types' plans)
+template <typename T>
+MLXA_DEVICE void lupiv(const LinalgArgs& p) {
+  const int32_t* ipiv = (const int32_t*)p.a;
+  uint32_t* piv = (uint32_t*)p.out;
+  uint32_t* perm = (uint32_t*)p.out2;
+  const long long total = p.n * p.batch;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+       e += (long long)gridDim.x * blockDim.x) {
+    const long long b = e / p.n, r = e - b * p.n;
+    const int32_t* sw = ipiv + b * p.k;
+    long long pos = r;
+    for (int j = 0; j < p.k; ++j) {
+      const long long t = sw[j] - 1;
+      pos = pos == j ? t : pos == t ? j : pos;
+    }
+    perm[e] = (uint32_t)pos;
+    if (r < p.k) piv[b * p.k + r] = (uint32_t)(sw[r] - 1);
   }
 }
 

@@ -1,4 +1,4 @@
-"""Cholesky, Inverse and Eigh on the GPU through hipSOLVER / cuSOLVER (family VERIFIED = False:
+"""Cholesky, Inverse, Eigh and LUF on the GPU through hipSOLVER / cuSOLVER (family VERIFIED = False:
 enabled here with MLX_AMD_UNVERIFIED=1) against MLX's CPU (LAPACK): float32 and float64,
 batches, transposed / sliced / broadcast inputs, tri_inv both ways, and MLX's errors for
 singular matrices. Two correct factorizations differ by rounding that grows with the
@@ -126,3 +126,23 @@ def test_eigh(gpu_runtime, dt, uplo, shape):
     tol = 1e-3 if dt == "f32" else 1e-9
     np.testing.assert_allclose(sym @ v, v * w[..., None, :], atol=tol * max(1.0, np.abs(a).max()) * n)
     np.testing.assert_allclose(np.swapaxes(v, -1, -2) @ v, np.broadcast_to(np.eye(n), v.shape), atol=tol * n)
+
+
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+@pytest.mark.parametrize("shape", [(1, 1), (5, 5), (3, 7), (7, 3), (2, 16, 16), (2, 3, 12, 9)])
+def test_lu_factor(gpu_runtime, dt, shape):
+    # random matrices: no ties in the pivot search, so the pivots and the permutation are exact
+    x = general(shape, DT[dt], 7) if shape[-1] == shape[-2] else mx.array(
+        np.random.default_rng(7).standard_normal(shape).astype(np.float64 if dt == "f64" else np.float32))
+    check_gpu(lambda v: mx.linalg.lu_factor(v), x, prims=("LUF",), rtol=TOL[x.dtype], atol=TOL[x.dtype] * 10,
+              what=f"lu_factor {dt} {shape}")
+    check_gpu(lambda v: mx.linalg.lu(v), x, prims=("LUF",), rtol=TOL[x.dtype], atol=TOL[x.dtype] * 10,
+              what=f"lu {dt} {shape}")
+
+
+def test_lu_factor_layouts_and_singular(gpu_runtime):
+    x = general((3, 10, 10), mx.float32, 8)
+    check_gpu(lambda v: mx.linalg.lu_factor(v.swapaxes(-1, -2)), x, prims=("LUF",), rtol=1e-4, atol=1e-3,
+              what="transposed")
+    s = mx.array(np.array([[1.0, 2.0], [2.0, 4.0]], np.float32))   # MLX raises nothing
+    check_gpu(lambda v: mx.linalg.lu_factor(v), s, prims=("LUF",), rtol=0, atol=0, what="singular")

@@ -40,12 +40,13 @@ def test_args_struct_matches_the_packer(tmp_path):
              "#define F(f) std::printf(#f \" %zu\\n\", offsetof(LinalgArgs, f));\n"
              "int main() { std::printf(\"sizeof %zu\\n\", sizeof(LinalgArgs)); F(a) F(out) F(n) F(batch) F(keep_upper) }\n")
     got = dict((k, int(v)) for k, v in (line.split() for line in probe_output(probe, tmp_path).splitlines()))
-    assert got == {"sizeof": 16 + la._ARGS.size, "a": 0, "out": 8, "n": 16, "batch": 24, "keep_upper": 32}
+    assert got == {"sizeof": 8 * la._PTRS + la._ARGS.size, "a": 0, "out": 8, "n": 24, "batch": 32, "keep_upper": 40}
 
 
 def test_kernel_table():
     names = kt.kernel_names("linalg")
-    assert set(names) == {f"linalg_{f}_{d}_{d}" for f in ("tri", "eye", "diag") for d in ("float32", "float64")}
+    assert set(names) == {f"linalg_{f}_{d}_{d}" for f in ("tri", "eye", "diag") for d in ("float32", "float64")} | {
+        "linalg_lupiv_int32_uint32"}
     assert "MLXA_LINALG(linalg_diag_float64_float64, diag, double)" in kt.instantiation_source("linalg")
 
 
@@ -70,7 +71,7 @@ def test_cholesky_plan_steps(solver_present):
         p = la.plan_node(node("Cholesky", x, (upper,)), Dev())
         copy, call, tri = p.steps
         assert isinstance(copy, Launch) and copy.family == "copy"
-        assert isinstance(call, HostCall) and call.fn == la.Potrf("float32", upper, 5, 3)
+        assert isinstance(call, HostCall) and call.fn == la.SolverCall("potrf", ("float32", upper, 5, 3))
         assert tri.kernel == "linalg_tri_float32_float32" and tri.tail == la._ARGS.pack(5, 3, int(upper), 0)
         assert p.temps == (12,)
     assert la.plan_node(node("Cholesky", R((0, 4, 4), "float64"), True), Dev()) == Plan(())   # bare bool state
@@ -81,14 +82,14 @@ def test_cholesky_plan_steps(solver_present):
 def test_inverse_plan_steps(solver_present):
     x = R((2, 6, 6), "float64")
     p = la.plan_node(node("Inverse", x, (False, False)), Dev())
-    kinds = [s.kernel if isinstance(s, Launch) else type(s.fn).__name__ for s in p.steps]
-    assert kinds[1:] == ["linalg_eye_float64_float64", "Getri", "InfoCheck"]
+    kinds = [s.kernel if isinstance(s, Launch) else getattr(s.fn, "method", type(s.fn).__name__) for s in p.steps]
+    assert kinds[1:] == ["linalg_eye_float64_float64", "inverse_t", "InfoCheck"]
     assert p.temps == (2 * 36 * 8, 4 * 6 * 2, 8 * 2)
     assert p.steps[-1].fn == la.InfoCheck("LU factorization", 2, solves=True)
     p = la.plan_node(node("Inverse", x, ((True, True),)), Dev())    # state as a nested tuple
-    kinds = [s.kernel if isinstance(s, Launch) else type(s.fn).__name__ for s in p.steps]
+    kinds = [s.kernel if isinstance(s, Launch) else getattr(s.fn, "method", type(s.fn).__name__) for s in p.steps]
     assert kinds[1:] == ["linalg_tri_float64_float64", "linalg_diag_float64_float64", "linalg_eye_float64_float64",
-                         "Getri", "InfoCheck", "linalg_tri_float64_float64"]
+                         "inverse_t", "InfoCheck", "linalg_tri_float64_float64"]
     assert p.steps[2].grid[0] >= 1 and p.temps[-1] == 8
     assert la.plan_node(node("Inverse", x, (True,)), Dev()) is None   # malformed state
 
@@ -102,13 +103,31 @@ def test_eigh_plan_steps(solver_present):
     x = Layout.strided((2, 6, 6), (36, 1, 6), "float32")
     p = la.plan_node(eigh_node(x, "L", True), Dev())
     copy, call, check, back = p.steps
-    assert call.fn == la.Syevd("float32", True, False, 6, 2) and check.fn.prim == "Eigh"
+    assert call.fn == la.SolverCall("syevd", ("float32", True, False, 6, 2)) and check.fn.prim == "Eigh"
     assert back.refs == (("t", 0, 0), ("o", 1, 0)) and p.temps == (2 * 36 * 4, 8)
     p = la.plan_node(eigh_node(R((6, 6), "float64"), "U", False), Dev())
-    assert len(p.steps) == 3 and p.steps[1].fn.lower_col is True
+    assert len(p.steps) == 3 and p.steps[1].fn.params[2] is True                 # lower_col
     assert la.plan_node(eigh_node(R((4, 4), "complex64"), "L", True), Dev()) is None
     assert la.plan_node(Node("Eigh", ("X", True), (R((4, 4), "float32"),),
                              (R((4,), "float32"), R((4, 4), "float32"))), Dev()) is None
+
+
+def luf_node(x):
+    m, n = x.shape[-2:]
+    b = x.shape[:-2]
+    return Node("LUF", (), (x,), (R(x.shape, x.dtype), R(b + (min(m, n),), "uint32"), R(b + (m,), "uint32")))
+
+
+def test_luf_plan_steps(solver_present):
+    p = la.plan_node(luf_node(R((2, 3, 5), "float32")), Dev())
+    at, call, back, piv = p.steps
+    assert call.fn == la.SolverCall("getrf", ("float32", 3, 5, 2)) and p.temps == (2 * 15 * 4, 4 * 3 * 2, 8)
+    assert piv.kernel == "linalg_lupiv_int32_uint32" and piv.tail == la._ARGS.pack(3, 2, 0, 3)
+    assert piv.refs == (("t", 1, 0), ("o", 1, 0), ("o", 2, 0))
+    assert at.refs == (("i", 0, 0), ("t", 0, 0)) and back.refs == (("t", 0, 0), ("o", 0, 0))
+    assert la.plan_node(luf_node(R((0, 4, 4), "float64")), Dev()) == Plan(())
+    bad = Node("LUF", (), (R((4, 4), "float32"),), (R((4, 4), "float32"), R((4,), "int32"), R((4,), "uint32")))
+    assert la.plan_node(bad, Dev()) is None
 
 
 # ------------------------------------------------- numpy model of the buffer bookkeeping
@@ -176,6 +195,50 @@ def test_model_eigh_is_mlx(uplo):
     for k in range(n):                                        # columns are eigenvectors, up to sign
         s = np.sign(v[:, k] @ rv[:, k])
         np.testing.assert_allclose(s * v[:, k], rv[:, k], atol=1e-4)
+
+
+def lapack_getrf(a):
+    """Partial-pivoting LU of a column-major m x n matrix (as the library): (LU, 1-based swaps)."""
+    a = a.astype(np.float64).copy()
+    m, n = a.shape
+    ipiv = []
+    for j in range(min(m, n)):
+        s = j + int(np.argmax(np.abs(a[j:, j])))
+        ipiv.append(s + 1)
+        a[[j, s]] = a[[s, j]]
+        if a[j, j] != 0:
+            a[j + 1:, j] /= a[j, j]
+            a[j + 1:, j + 1:] -= np.outer(a[j + 1:, j], a[j, j + 1:])
+    return a, np.array(ipiv, np.int32)
+
+
+def lupiv(ipiv, m):
+    """The lupiv kernel, thread by thread: pivots, and where row r ends up."""
+    piv = (ipiv - 1).astype(np.uint32)
+    perm = []
+    for r in range(m):
+        pos = r
+        for j, t in enumerate(ipiv - 1):
+            pos = t if pos == j else j if pos == t else pos
+        perm.append(pos)
+    return piv, np.array(perm, np.uint32)
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5), (5, 3), (6, 6)])
+def test_model_luf_is_mlx(shape):
+    rng = np.random.default_rng(sum(shape))
+    a = rng.standard_normal(shape).astype(np.float32)
+    m, n = shape
+    buf = a.T.copy().ravel()                       # the transposed copy: A^T row-major
+    col = buf.reshape(n, m).T                      # what the library sees: A itself
+    lu_col, ipiv = lapack_getrf(col)
+    out = lu_col                                   # the copy back: row-major A's LU
+    piv, perm = lupiv(ipiv, m)
+    rlu, rpiv = (np.array(t) for t in mx.linalg.lu_factor(mx.array(a), stream=mx.cpu))
+    rperm = np.array(mx.linalg.lu(mx.array(a), stream=mx.cpu)[0])
+    np.testing.assert_allclose(out, rlu, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(piv, rpiv)
+    np.testing.assert_array_equal(perm, rperm)
 
 
 # ------------------------------------------------------------------ errors, as MLX words them
@@ -275,14 +338,14 @@ def test_engine_calls_per_vendor(vendor, platform):
     eng = SolverEngine(EngineDriver(platform), FakePool(), lib=lib)
     enums = {k: v for k, (_, v) in st.ENUMS[vendor].items()}
     lib.calls.clear()
-    eng.potrf("float64", False, 3, 0x1000, 72, 2, 0x9000, 0x5)
+    eng.potrf("float64", False, 3, 2, 0x1000, 0x9000, 0x5)
     names = [c[0] for c in lib.calls]
     assert names == ["set_stream", "dpotrf_buffer_size", "dpotrf", "dpotrf"]
     assert [c[1][1] for c in lib.calls[2:]] == [enums["fill_upper"]] * 2
     assert [c[1][3] for c in lib.calls[2:]] == [0x1000, 0x1000 + 72]      # matrix b at b * stride
     assert [c[1][-1] for c in lib.calls[2:]] == [0x9000, 0x9004]          # one info each
     lib.calls.clear()
-    eng.inverse_t("float32", 4, 0x1000, 0x2000, 64, 2, 0x3000, 0x4000, 0x5)
+    eng.inverse_t("float32", 4, 2, 0x1000, 0x2000, 0x3000, 0x4000, 0x5)
     names = [c[0] for c in lib.calls]
     if vendor == "hip":
         assert names == ["set_stream", "sgetrf_buffer_size", "sgetrs_buffer_size",
@@ -295,6 +358,11 @@ def test_engine_calls_per_vendor(vendor, platform):
     assert [s[-1] for s in solves] == [0x4008, 0x400C]         # then the solves'
     assert [f[-2] for f in facts] == [0x3000, 0x3000 + 16]     # n pivots per matrix
     assert all(s[1] == enums["op_n"] for s in solves)
+    lib.calls.clear()
+    eng.getrf("float64", 3, 5, 2, 0x1000, 0x3000, 0x4000, 0x5)       # rectangular: lda = m, min(m, n) swaps
+    facts = [c[1] for c in lib.calls if c[0].startswith("dgetrf") and "buffer" not in c[0]]
+    assert [f[1:3] + (f[4],) for f in facts] == [(3, 5, 3)] * 2
+    assert [f[3] for f in facts] == [0x1000, 0x1000 + 120] and [f[-2] for f in facts] == [0x3000, 0x300C]
 
 
 @pytest.mark.parametrize("vendor,platform", [("hip", "amd"), ("cuda", "nvidia")])
@@ -303,7 +371,7 @@ def test_engine_syevd_calls(vendor, platform):
     eng = SolverEngine(EngineDriver(platform), FakePool(), lib=lib)
     enums = {k: v for k, (_, v) in st.ENUMS[vendor].items()}
     lib.calls.clear()
-    eng.syevd("float32", True, True, 4, 0x1000, 0x8000, 2, 0x9000, 0x5)
+    eng.syevd("float32", True, True, 4, 2, 0x1000, 0x8000, 0x9000, 0x5)
     calls = [c for c in lib.calls if c[0] == "ssyevd"]
     assert [c[0] for c in lib.calls] == ["set_stream", "ssyevd_buffer_size", "ssyevd", "ssyevd"]
     assert all(c[1][1] == enums["eig_vector"] and c[1][2] == enums["fill_lower"] for c in calls)

@@ -1,6 +1,6 @@
-"""Linalg launcher: MLX's Cholesky, Inverse and Eigh (mx.linalg.cholesky, inv, tri_inv,
-eigh, eigvalsh) through the solver library (runtime/solver: hipSOLVER / cuSOLVER) and
-hip_kernels/linalg.hip.
+"""Linalg launcher: MLX's Cholesky, Inverse, Eigh and LUF (mx.linalg.cholesky, inv,
+tri_inv, eigh, eigvalsh, lu_factor, lu) through the solver library (runtime/solver:
+hipSOLVER / cuSOLVER) and hip_kernels/linalg.hip.
 
 Beyond MLX's CUDA backend, which runs linalg on the CPU. float32 and float64, as MLX
 accepts; any input layout (copied row-contiguous first); a batch of matrices runs one
@@ -28,6 +28,10 @@ The library is column-major and reads MLX's row-major matrix A as A^T:
   the tests check A v = w v and orthonormality rather than MLX's exact vectors. A failure
   to converge raises MLX's "[Eigh::eval_cpu] Eigenvalue decomposition failed with error
   code k". complex64 (MLX's heevd path): MLX's CPU fallback.
+- LUF (lu_factor, lu): getrf on a transposed copy (so the library factors A itself, m x n),
+  transposed back into LU; our kernel turns the library's 1-based row swaps into MLX's
+  0-based pivots and follows every row through them for MLX's row permutation. Like MLX,
+  a singular matrix raises nothing (its U has a zero pivot).
 
 Not run on a GPU yet (VERIFIED = False; tests/ops/test_linalg_gpu.py).
 """
@@ -44,11 +48,12 @@ from ..plan import ITEMSIZE, HostCall, Layout, Plan, inp, out, tmp
 from . import elementwise as ew
 
 FAMILY = "linalg"
-PRIMITIVES = {"Cholesky": "cholesky", "Inverse": "inverse", "Eigh": "eigh"}
+PRIMITIVES = {"Cholesky": "cholesky", "Inverse": "inverse", "Eigh": "eigh", "LUF": "luf"}
 VERIFIED = False
 
 DTYPES = ("float32", "float64")
-_ARGS = struct.Struct("<qqii")      # LinalgArgs after its two pointers: n, batch, keep_upper, pad
+_ARGS = struct.Struct("<qqii")      # LinalgArgs after its three pointers: n, batch, keep_upper, k
+_PTRS = 3
 THREADS = 256                       # mlxa::linalg::kThreads
 MAX_N = (1 << 31) - 1               # the libraries' int dimensions
 
@@ -57,63 +62,26 @@ def _kernel(fn, dtype):
     return kt.table("linalg").kernel(kt, fn, dtype)
 
 
-def _launch(fn, dtype, n, batch, refs, keep_upper=0, items=None, device=None):
+def _launch(fn, dtype, n, batch, refs, keep_upper=0, items=None, device=None, k=0, kernel=None):
     items = n * n * batch if items is None else items
     grid, block = ew.grid_for(items, device)
-    return Launch(FAMILY, _kernel(fn, dtype), grid, block, 0, 2,
-                  _ARGS.pack(n, batch, int(keep_upper), 0), refs=tuple(refs))
+    refs = tuple(refs) + (refs[0],) * (_PTRS - len(refs))     # unused pointer fields
+    return Launch(FAMILY, kernel or _kernel(fn, dtype), grid, block, 0, _PTRS,
+                  _ARGS.pack(n, batch, int(keep_upper), int(k)), refs=refs)
 
 
 @dataclasses.dataclass(frozen=True)
-class Potrf:
-    """HostCall: Cholesky of each matrix in place (ptrs: matrices, info)."""
+class SolverCall:
+    """HostCall: one solver-engine call over a batch (runtime/solver:
+    ``method(*params, *resolved refs, stream)``)."""
 
-    dtype: str
-    lower_col: bool
-    n: int
-    batch: int
+    method: str           # potrf, inverse_t, syevd, getrf
+    params: tuple
 
     def __call__(self, ptrs, stream, ctx):
         from .. import solver
 
-        a, info = ptrs
-        solver.engine(ctx).potrf(self.dtype, self.lower_col, self.n, a, self.n * self.n * ITEMSIZE[self.dtype],
-                                 self.batch, info, stream)
-
-
-@dataclasses.dataclass(frozen=True)
-class Getri:
-    """HostCall: X := A^-1 per matrix (ptrs: A (overwritten by its LU factors), X (identity
-    on entry), pivots, infos)."""
-
-    dtype: str
-    n: int
-    batch: int
-
-    def __call__(self, ptrs, stream, ctx):
-        from .. import solver
-
-        a, x, ipiv, info = ptrs
-        solver.engine(ctx).inverse_t(self.dtype, self.n, a, x, self.n * self.n * ITEMSIZE[self.dtype],
-                                     self.batch, ipiv, info, stream)
-
-
-@dataclasses.dataclass(frozen=True)
-class Syevd:
-    """HostCall: eigenvalues (and eigenvectors, in place) per matrix (ptrs: matrices,
-    eigenvalues, infos)."""
-
-    dtype: str
-    vectors: bool
-    lower_col: bool
-    n: int
-    batch: int
-
-    def __call__(self, ptrs, stream, ctx):
-        from .. import solver
-
-        a, w, info = ptrs
-        solver.engine(ctx).syevd(self.dtype, self.vectors, self.lower_col, self.n, a, w, self.batch, info, stream)
+        getattr(solver.engine(ctx), self.method)(*self.params, *ptrs, stream)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,7 +155,7 @@ def plan_cholesky(node, device):
         return got
     x, n, batch, (upper,), copy = got
     return Plan((copy,
-                 HostCall(Potrf(x.dtype, bool(upper), n, batch), (out(0), tmp(0)),
+                 HostCall(SolverCall("potrf", (x.dtype, bool(upper), n, batch)), (out(0), tmp(0)),
                           what=f"potrf {x.dtype} {n}x{n} x{batch}"),
                  _launch("tri", x.dtype, n, batch, (out(0), out(0)), keep_upper=upper, device=device)),
                 temps=(4 * batch,))
@@ -206,7 +174,7 @@ def plan_inverse(node, device):
         steps += [_launch("tri", dt, n, batch, (tmp(0), tmp(0)), keep_upper=upper, device=device),
                   _launch("diag", dt, n, batch, (tmp(0), tmp(3)), items=batch, device=device)]
     steps += [_launch("eye", dt, n, batch, (out(0), out(0)), device=device),
-              HostCall(Getri(dt, n, batch), (tmp(0), out(0), tmp(1), tmp(2)),
+              HostCall(SolverCall("inverse_t", (dt, n, batch)), (tmp(0), out(0), tmp(1), tmp(2)),
                        what=f"getrf+getrs {dt} {n}x{n} x{batch}")]
     if tri:
         steps += [HostCall(InfoCheck("triangular inversion", batch), (tmp(3),), what="zero diagonal check"),
@@ -243,8 +211,8 @@ def plan_eigh(node, device):
     if copy is None:
         return None
     # 'L' reads A's lower triangle, the upper one of the column-major view
-    steps = [copy, HostCall(Syevd(x.dtype, vectors, uplo == "U", n, batch), (tmp(0), out(0), tmp(1)),
-                            what=f"syevd {x.dtype} {n}x{n} x{batch}"),
+    steps = [copy, HostCall(SolverCall("syevd", (x.dtype, vectors, uplo == "U", n, batch)),
+                            (tmp(0), out(0), tmp(1)), what=f"syevd {x.dtype} {n}x{n} x{batch}"),
              HostCall(InfoCheck("Eigenvalue decomposition", batch, prim="Eigh"), (tmp(1),),
                       what="convergence check")]
     if vectors:
@@ -258,6 +226,43 @@ def plan_eigh(node, device):
     return Plan(tuple(steps), temps=(batch * n * n * ITEMSIZE[x.dtype], 4 * batch))
 
 
+def plan_luf(node, device):
+    """LUF: outputs (LU, pivots, row permutation) of A = P L U (rows pivoted), any m x n."""
+    if len(node.ins) != 1 or len(node.outs) != 3:
+        return None
+    x = node.ins[0]
+    if x.dtype not in DTYPES or x.ndim < 2:
+        return None
+    m, n = x.shape[-2:]
+    k = min(m, n)
+    lu, piv, perm = node.outs
+    bshape = x.shape[:-2]
+    if (lu.shape != x.shape or lu.dtype != x.dtype or piv.shape != bshape + (k,) or piv.dtype != "uint32"
+            or perm.shape != bshape + (m,) or perm.dtype != "uint32" or max(m, n) > MAX_N):
+        return None
+    batch = 1
+    for d in bshape:
+        batch *= d
+    if m == 0 or n == 0 or batch == 0:
+        return Plan(())
+    # the library factors column-major A: the copy is A^T row-major, and back
+    xs = x.strides
+    at = ew.dense_copy_launch(Layout.strided(bshape + (n, m), xs[:-2] + (xs[-1], xs[-2]), x.dtype),
+                              bshape + (n, m), inp(0), tmp(0), device)
+    cs = Layout.row_major(bshape + (m, n), x.dtype).strides[:-2] + (1, m)
+    back = ew.dense_copy_launch(Layout.strided(bshape + (m, n), cs, x.dtype), bshape + (m, n), tmp(0), out(0),
+                                device)
+    if at is None or back is None:
+        return None
+    return Plan((at,
+                 HostCall(SolverCall("getrf", (x.dtype, m, n, batch)), (tmp(0), tmp(1), tmp(2)),
+                          what=f"getrf {x.dtype} {m}x{n} x{batch}"),
+                 back,
+                 _launch(None, None, m, batch, (tmp(1), out(1), out(2)), items=m * batch, device=device, k=k,
+                         kernel=kt.table("linalg").LUPIV)),
+                temps=(batch * m * n * ITEMSIZE[x.dtype], 4 * k * batch, 4 * batch))
+
+
 def plan_node(node, device):
     if node.prim not in PRIMITIVES:
         return None
@@ -265,4 +270,5 @@ def plan_node(node, device):
 
     if not solver.available(solver.vendor_of(getattr(device, "arch", ""))):
         return None
-    return {"Cholesky": plan_cholesky, "Inverse": plan_inverse, "Eigh": plan_eigh}[node.prim](node, device)
+    plans = {"Cholesky": plan_cholesky, "Inverse": plan_inverse, "Eigh": plan_eigh, "LUF": plan_luf}
+    return plans[node.prim](node, device)

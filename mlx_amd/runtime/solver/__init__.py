@@ -47,10 +47,12 @@ class SolverEngine:
     def _bind(self, stream) -> None:
         self.check(self.lib.set_stream(self.handle, stream), "set_stream", self.handle, stream)
 
-    def potrf(self, dtype: str, lower_col: bool, n: int, a: int, stride: int, batch: int,
-              info: int, stream) -> None:
-        """Cholesky of `batch` column-major n x n matrices `stride` bytes apart, in place;
-        one int32 info per matrix at `info`."""
+    # Every call: its parameters, then the buffers (device addresses), then the stream;
+    # matrices sit back to back, n x n (or m x n) each.
+
+    def potrf(self, dtype: str, lower_col: bool, n: int, batch: int, a: int, info: int, stream) -> None:
+        """Cholesky of `batch` column-major n x n matrices in place; one int32 info per
+        matrix at `info`."""
         lib, check, p = self.lib, self.check, PREFIX[dtype]
         uplo = self.enums["fill_lower" if lower_col else "fill_upper"]
         with self.lock:
@@ -62,12 +64,12 @@ class SolverEngine:
             fn = f"{p}potrf"
             call = getattr(lib, fn)
             for b in range(batch):
-                ab, ib = a + b * stride, info + 4 * b
+                ab, ib = a + b * n * n * ITEMSIZE[dtype], info + 4 * b
                 check(call(self.handle, uplo, n, ab, n, work, lw.value, ib), fn, uplo, n, hex(ab), n,
                       hex(work), lw.value, hex(ib))
 
-    def inverse_t(self, dtype: str, n: int, a: int, x: int, stride: int, batch: int, ipiv: int,
-                  info: int, stream) -> None:
+    def inverse_t(self, dtype: str, n: int, batch: int, a: int, x: int, ipiv: int, info: int,
+                  stream) -> None:
         """X := A^-1 for `batch` column-major matrices (LU with partial pivoting of A in
         place, then A X = X on identity right-hand sides already in X). ipiv: n int32 per
         matrix; info: 2 * batch int32, the factorizations' (a zero pivot's 1-based index)
@@ -88,6 +90,7 @@ class SolverEngine:
                       fn, op_n, n, n, hex(a), n, hex(ipiv), hex(x), n, "&lwork")
                 need = max(need, lw2.value)
             work = self.work.get(max(need, 1) * ITEMSIZE[dtype])
+            stride = n * n * ITEMSIZE[dtype]
             for b in range(batch):
                 ab, xb, pb = a + b * stride, x + b * stride, ipiv + 4 * n * b
                 fi, si = info + 4 * b, info + 4 * (batch + b)
@@ -106,7 +109,29 @@ class SolverEngine:
                     check(getattr(lib, fn)(self.handle, op_n, n, n, ab, n, pb, xb, n, si), fn, op_n, n, n,
                           hex(ab), n, hex(pb), hex(xb), n, hex(si))
 
-    def syevd(self, dtype: str, vectors: bool, lower_col: bool, n: int, a: int, w: int, batch: int,
+    def getrf(self, dtype: str, m: int, n: int, batch: int, a: int, ipiv: int, info: int, stream) -> None:
+        """LU with partial pivoting of `batch` column-major m x n matrices in place; ipiv:
+        min(m, n) int32 per matrix (1-based rows swapped), info: one int32 per matrix."""
+        lib, check, p = self.lib, self.check, PREFIX[dtype]
+        k, item = min(m, n), ITEMSIZE[dtype]
+        with self.lock:
+            self._bind(stream)
+            lw = ctypes.c_int(0)
+            fn = f"{p}getrf_buffer_size"
+            check(getattr(lib, fn)(self.handle, m, n, a, m, ctypes.byref(lw)), fn, m, n, hex(a), m, "&lwork")
+            work = self.work.get(max(lw.value, 1) * item)
+            for b in range(batch):
+                ab, pb, ib = a + b * m * n * item, ipiv + 4 * k * b, info + 4 * b
+                if self.vendor == "hip":
+                    fn = f"{p}getrf_ws"
+                    check(getattr(lib, fn)(self.handle, m, n, ab, m, work, lw.value, pb, ib), fn, m, n, hex(ab), m,
+                          hex(work), lw.value, hex(pb), hex(ib))
+                else:
+                    fn = f"{p}getrf"
+                    check(getattr(lib, fn)(self.handle, m, n, ab, m, work, pb, ib), fn, m, n, hex(ab), m,
+                          hex(work), hex(pb), hex(ib))
+
+    def syevd(self, dtype: str, vectors: bool, lower_col: bool, n: int, batch: int, a: int, w: int,
               info: int, stream) -> None:
         """Eigenvalues (ascending, n per matrix at w) and, with ``vectors``, eigenvectors (the
         columns of each column-major matrix, in place) of `batch` symmetric matrices; the
