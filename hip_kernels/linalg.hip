@@ -16,7 +16,7 @@ struct LinalgArgs {
   int64_t n;            // rows
   int64_t batch;
   int32_t keep_upper;   // tri: 1 keeps j >= i (zeroes below the diagonal), 0 keeps j <= i
-  int32_t k;            // lupiv: pivots per matrix (min(rows, columns))
+  int32_t k;            // tri: columns; lupiv: pivots per matrix (min(rows, columns))
 };
 }
 
@@ -24,14 +24,14 @@ namespace mlxa::linalg {
 
 constexpr int kThreads = 256;
 
-// one thread per element, grid-stride
+// one thread per element, grid-stride; n x k matrices (rows x columns)
 template <typename T>
 MLXA_DEVICE void tri(const LinalgArgs& p) {
   T* a = (T*)p.a;
-  const long long nn = p.n * p.n, total = nn * p.batch;
+  const long long nk = p.n * p.k, total = nk * p.batch;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
        e += (long long)gridDim.x * blockDim.x) {
-    const long long r = e % nn, i = r / p.n, j = r - i * p.n;
+    const long long r = e % nk, i = r / p.k, j = r - i * p.k;
     if (p.keep_upper ? j < i : j > i) a[e] = T(0);
   }
 }

@@ -1,4 +1,4 @@
-"""Cholesky, Inverse, Eigh and LUF on the GPU through hipSOLVER / cuSOLVER (family VERIFIED = False:
+"""Cholesky, Inverse, Eigh, LUF and QRF on the GPU through hipSOLVER / cuSOLVER (family VERIFIED = False:
 enabled here with MLX_AMD_UNVERIFIED=1) against MLX's CPU (LAPACK): float32 and float64,
 batches, transposed / sliced / broadcast inputs, tri_inv both ways, and MLX's errors for
 singular matrices. Two correct factorizations differ by rounding that grows with the
@@ -146,3 +146,31 @@ def test_lu_factor_layouts_and_singular(gpu_runtime):
               what="transposed")
     s = mx.array(np.array([[1.0, 2.0], [2.0, 4.0]], np.float32))   # MLX raises nothing
     check_gpu(lambda v: mx.linalg.lu_factor(v), s, prims=("LUF",), rtol=0, atol=0, what="singular")
+
+
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+@pytest.mark.parametrize("shape", [(1, 1), (6, 6), (7, 4), (4, 7), (2, 3, 16, 12)])
+def test_qr(gpu_runtime, dt, shape):
+    # Q R = A, Q^T Q = I, R upper; and MLX's Q and R up to the sign of each column of Q and
+    # the matching row of R (both libraries use LAPACK's Householder signs)
+    rng = np.random.default_rng(10)
+    a = rng.standard_normal(shape).astype(np.float64 if dt == "f64" else np.float32)
+    x = mx.array(a)
+    with plain_mlx():
+        rq, rr = (np.array(t).astype(np.float64) for t in mx.linalg.qr(x))
+    import mlx_amd
+    mlx_amd.stats(reset=True)
+    q, r = mx.linalg.qr(x)
+    mx.eval(q, r)
+    by = mlx_amd.stats()["by_primitive"].get("QRF", {})
+    assert by.get("gpu", 0) > 0 and by.get("cpu", 0) == 0, by
+    q, r = np.array(q).astype(np.float64), np.array(r).astype(np.float64)
+    tol = 1e-4 if dt == "f32" else 1e-10
+    k = min(shape[-2:])
+    np.testing.assert_allclose(q @ r, a, atol=tol * 10)
+    np.testing.assert_allclose(np.swapaxes(q, -1, -2) @ q, np.broadcast_to(np.eye(k), q.shape[:-2] + (k, k)),
+                               atol=tol * 10)
+    np.testing.assert_array_equal(np.tril(r, -1), 0)
+    s = np.sign(np.sum(q * rq, axis=-2, keepdims=True))
+    np.testing.assert_allclose(q * s, rq, atol=tol * 10)
+    np.testing.assert_allclose(r * np.swapaxes(s, -1, -2), rr, atol=tol * 10 * max(1.0, np.abs(a).max()))

@@ -72,7 +72,7 @@ def test_cholesky_plan_steps(solver_present):
         copy, call, tri = p.steps
         assert isinstance(copy, Launch) and copy.family == "copy"
         assert isinstance(call, HostCall) and call.fn == la.SolverCall("potrf", ("float32", upper, 5, 3))
-        assert tri.kernel == "linalg_tri_float32_float32" and tri.tail == la._ARGS.pack(5, 3, int(upper), 0)
+        assert tri.kernel == "linalg_tri_float32_float32" and tri.tail == la._ARGS.pack(5, 3, int(upper), 5)
         assert p.temps == (12,)
     assert la.plan_node(node("Cholesky", R((0, 4, 4), "float64"), True), Dev()) == Plan(())   # bare bool state
     for bad in (R((4, 4), "float16"), R((3, 4), "float32"), R((4,), "float32"), R((2, 4, 4), "complex64")):
@@ -128,6 +128,21 @@ def test_luf_plan_steps(solver_present):
     assert la.plan_node(luf_node(R((0, 4, 4), "float64")), Dev()) == Plan(())
     bad = Node("LUF", (), (R((4, 4), "float32"),), (R((4, 4), "float32"), R((4,), "int32"), R((4,), "uint32")))
     assert la.plan_node(bad, Dev()) is None
+
+
+def qrf_node(x):
+    m, n = x.shape[-2:]
+    k, b = min(m, n), x.shape[:-2]
+    return Node("QRF", (), (x,), (R(b + (m, k), x.dtype), R(b + (k, n), x.dtype)))
+
+
+def test_qrf_plan_steps(solver_present):
+    p = la.plan_node(qrf_node(R((2, 5, 3), "float64")), Dev())
+    kinds = [s.kernel if isinstance(s, Launch) else s.fn.method for s in p.steps]
+    assert kinds[1] == "geqrf" and kinds[3] == "linalg_tri_float64_float64" and kinds[4] == "orgqr"
+    assert p.steps[3].tail == la._ARGS.pack(3, 2, 1, 3) and p.temps == (2 * 15 * 8, 2 * 3 * 8, 8)
+    assert p.steps[2].refs == (("t", 0, 0), ("o", 1, 0)) and p.steps[5].refs == (("t", 0, 0), ("o", 0, 0))
+    assert la.plan_node(qrf_node(R((3, 4), "float16")), Dev()) is None
 
 
 # ------------------------------------------------- numpy model of the buffer bookkeeping
@@ -239,6 +254,38 @@ def test_model_luf_is_mlx(shape):
     np.testing.assert_allclose(out, rlu, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(piv, rpiv)
     np.testing.assert_array_equal(perm, rperm)
+
+
+def householder_qr(a):
+    """LAPACK's geqrf + orgqr in numpy (column-major A, m x n): (R k x n, Q m x k)."""
+    a = a.astype(np.float64).copy()
+    m, n = a.shape
+    k = min(m, n)
+    q = np.eye(m)
+    for j in range(k):
+        x = a[j:, j].copy()
+        alpha, xn = x[0], np.linalg.norm(x[1:])
+        if xn == 0:
+            continue
+        beta = -np.copysign(np.hypot(alpha, xn), alpha)
+        v = x / (alpha - beta)
+        v[0] = 1.0
+        tau = (beta - alpha) / beta
+        a[j:, j:] -= tau * np.outer(v, v @ a[j:, j:])
+        q[:, j:] -= tau * np.outer(q[:, j:] @ v, v)
+    return np.triu(a[:k, :]), q[:, :k]
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (5, 3), (3, 5)])
+def test_model_qrf_is_mlx(shape):
+    rng = np.random.default_rng(9 + sum(shape))
+    a = rng.standard_normal(shape).astype(np.float32)
+    m, n = shape
+    col = a.T.copy().ravel().reshape(n, m).T        # what the library sees: A itself
+    r_, q_ = householder_qr(col)                     # R from the factor, Q from orgqr
+    rq, rr = (np.array(t) for t in mx.linalg.qr(mx.array(a), stream=mx.cpu))
+    np.testing.assert_allclose(q_, rq, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(r_, rr, rtol=1e-4, atol=1e-5)
 
 
 # ------------------------------------------------------------------ errors, as MLX words them
@@ -377,6 +424,19 @@ def test_engine_syevd_calls(vendor, platform):
     assert all(c[1][1] == enums["eig_vector"] and c[1][2] == enums["fill_lower"] for c in calls)
     assert [c[1][4] for c in calls] == [0x1000, 0x1000 + 64] and [c[1][6] for c in calls] == [0x8000, 0x8010]
     assert [c[1][-1] for c in calls] == [0x9000, 0x9004]
+
+
+@pytest.mark.parametrize("vendor,platform", [("hip", "amd"), ("cuda", "nvidia")])
+def test_engine_qr_calls(vendor, platform):
+    lib = FakeLib(vendor)
+    eng = SolverEngine(EngineDriver(platform), FakePool(), lib=lib)
+    lib.calls.clear()
+    eng.geqrf("float32", 5, 3, 2, 0x1000, 0x2000, 0x3000, 0x5)
+    eng.orgqr("float32", 5, 3, 2, 0x1000, 0x2000, 0x3000, 0x5)
+    g = [c[1] for c in lib.calls if c[0] == "sgeqrf"]
+    o = [c[1] for c in lib.calls if c[0] == "sorgqr"]
+    assert [c[1:6] for c in g] == [(5, 3, 0x1000, 5, 0x2000), (5, 3, 0x1000 + 60, 5, 0x2000 + 12)]
+    assert [c[1:7] for c in o] == [(5, 3, 3, 0x1000, 5, 0x2000), (5, 3, 3, 0x1000 + 60, 5, 0x2000 + 12)]
 
 
 def test_solver_table_rows():

@@ -1,5 +1,5 @@
-"""Linalg launcher: MLX's Cholesky, Inverse, Eigh and LUF (mx.linalg.cholesky, inv,
-tri_inv, eigh, eigvalsh, lu_factor, lu) through the solver library (runtime/solver:
+"""Linalg launcher: MLX's Cholesky, Inverse, Eigh, LUF and QRF (mx.linalg.cholesky, inv,
+tri_inv, eigh, eigvalsh, lu_factor, lu, qr) through the solver library (runtime/solver:
 hipSOLVER / cuSOLVER) and hip_kernels/linalg.hip.
 
 Beyond MLX's CUDA backend, which runs linalg on the CPU. float32 and float64, as MLX
@@ -32,6 +32,11 @@ The library is column-major and reads MLX's row-major matrix A as A^T:
   transposed back into LU; our kernel turns the library's 1-based row swaps into MLX's
   0-based pivots and follows every row through them for MLX's row permutation. Like MLX,
   a singular matrix raises nothing (its U has a zero pivot).
+- QRF (qr): geqrf on the transposed copy, R read from the factor's upper part (the
+  reflectors below it cleared), then orgqr forms Q in place and Q is read back; Householder
+  signs as LAPACK's (a column of Q and the matching row of R may still differ in sign from
+  MLX's where the two libraries round differently, so tests check Q R = A, Q^T Q = I and R
+  upper triangular, and MLX's values up to those signs).
 
 Not run on a GPU yet (VERIFIED = False; tests/ops/test_linalg_gpu.py).
 """
@@ -48,7 +53,7 @@ from ..plan import ITEMSIZE, HostCall, Layout, Plan, inp, out, tmp
 from . import elementwise as ew
 
 FAMILY = "linalg"
-PRIMITIVES = {"Cholesky": "cholesky", "Inverse": "inverse", "Eigh": "eigh", "LUF": "luf"}
+PRIMITIVES = {"Cholesky": "cholesky", "Inverse": "inverse", "Eigh": "eigh", "LUF": "luf", "QRF": "qrf"}
 VERIFIED = False
 
 DTYPES = ("float32", "float64")
@@ -157,7 +162,7 @@ def plan_cholesky(node, device):
     return Plan((copy,
                  HostCall(SolverCall("potrf", (x.dtype, bool(upper), n, batch)), (out(0), tmp(0)),
                           what=f"potrf {x.dtype} {n}x{n} x{batch}"),
-                 _launch("tri", x.dtype, n, batch, (out(0), out(0)), keep_upper=upper, device=device)),
+                 _launch("tri", x.dtype, n, batch, (out(0), out(0)), keep_upper=upper, device=device, k=n)),
                 temps=(4 * batch,))
 
 
@@ -171,14 +176,14 @@ def plan_inverse(node, device):
     temps = [batch * n * n * ITEMSIZE[dt], 4 * n * batch, 8 * batch] + ([4 * batch] if tri else [])
     steps = [copy]
     if tri:
-        steps += [_launch("tri", dt, n, batch, (tmp(0), tmp(0)), keep_upper=upper, device=device),
+        steps += [_launch("tri", dt, n, batch, (tmp(0), tmp(0)), keep_upper=upper, device=device, k=n),
                   _launch("diag", dt, n, batch, (tmp(0), tmp(3)), items=batch, device=device)]
     steps += [_launch("eye", dt, n, batch, (out(0), out(0)), device=device),
               HostCall(SolverCall("inverse_t", (dt, n, batch)), (tmp(0), out(0), tmp(1), tmp(2)),
                        what=f"getrf+getrs {dt} {n}x{n} x{batch}")]
     if tri:
         steps += [HostCall(InfoCheck("triangular inversion", batch), (tmp(3),), what="zero diagonal check"),
-                  _launch("tri", dt, n, batch, (out(0), out(0)), keep_upper=upper, device=device)]
+                  _launch("tri", dt, n, batch, (out(0), out(0)), keep_upper=upper, device=device, k=n)]
     else:
         steps.append(HostCall(InfoCheck("LU factorization", batch, solves=True), (tmp(2),),
                               what="zero pivot check"))
@@ -228,30 +233,20 @@ def plan_eigh(node, device):
 
 def plan_luf(node, device):
     """LUF: outputs (LU, pivots, row permutation) of A = P L U (rows pivoted), any m x n."""
-    if len(node.ins) != 1 or len(node.outs) != 3:
+    got = _matrices(node, 3)
+    if got is None:
         return None
-    x = node.ins[0]
-    if x.dtype not in DTYPES or x.ndim < 2:
-        return None
-    m, n = x.shape[-2:]
+    x, m, n, bshape, batch = got
     k = min(m, n)
     lu, piv, perm = node.outs
-    bshape = x.shape[:-2]
     if (lu.shape != x.shape or lu.dtype != x.dtype or piv.shape != bshape + (k,) or piv.dtype != "uint32"
-            or perm.shape != bshape + (m,) or perm.dtype != "uint32" or max(m, n) > MAX_N):
+            or perm.shape != bshape + (m,) or perm.dtype != "uint32"):
         return None
-    batch = 1
-    for d in bshape:
-        batch *= d
     if m == 0 or n == 0 or batch == 0:
         return Plan(())
     # the library factors column-major A: the copy is A^T row-major, and back
-    xs = x.strides
-    at = ew.dense_copy_launch(Layout.strided(bshape + (n, m), xs[:-2] + (xs[-1], xs[-2]), x.dtype),
-                              bshape + (n, m), inp(0), tmp(0), device)
-    cs = Layout.row_major(bshape + (m, n), x.dtype).strides[:-2] + (1, m)
-    back = ew.dense_copy_launch(Layout.strided(bshape + (m, n), cs, x.dtype), bshape + (m, n), tmp(0), out(0),
-                                device)
+    at = _transposed_copy(x, bshape, m, n, inp(0), tmp(0), device)
+    back = _from_column_major(x.dtype, bshape, m, n, m, n, tmp(0), out(0), device)
     if at is None or back is None:
         return None
     return Plan((at,
@@ -263,6 +258,63 @@ def plan_luf(node, device):
                 temps=(batch * m * n * ITEMSIZE[x.dtype], 4 * k * batch, 4 * batch))
 
 
+def _matrices(node, nouts):
+    """(x, m, n, batch shape, batch) of a one-input node on m x n float32/float64 matrices."""
+    if len(node.ins) != 1 or len(node.outs) != nouts:
+        return None
+    x = node.ins[0]
+    if x.dtype not in DTYPES or x.ndim < 2 or max(x.shape[-2:]) > MAX_N:
+        return None
+    batch = 1
+    for d in x.shape[:-2]:
+        batch *= d
+    return x, x.shape[-2], x.shape[-1], x.shape[:-2], batch
+
+
+def _transposed_copy(x, bshape, m, n, src, dst, device):
+    """x (m x n, any strides) into ``dst`` as A^T row-major: the library's column-major A."""
+    xs = x.strides
+    return ew.dense_copy_launch(Layout.strided(bshape + (n, m), xs[:-2] + (xs[-1], xs[-2]), x.dtype),
+                                bshape + (n, m), src, dst, device)
+
+
+def _from_column_major(dtype, bshape, m, n, rows, cols, src, dst, device):
+    """The top-left rows x cols of column-major m x n matrices at ``src`` into ``dst`` row-major."""
+    bst = Layout.row_major(bshape + (m, n), dtype).strides[:-2]
+    return ew.dense_copy_launch(Layout.strided(bshape + (rows, cols), bst + (1, m), dtype), bshape + (rows, cols),
+                                src, dst, device)
+
+
+def plan_qrf(node, device):
+    """QRF: outputs (Q m x k, R k x n), k = min(m, n), A = Q R with Householder signs as LAPACK's."""
+    got = _matrices(node, 2)
+    if got is None:
+        return None
+    x, m, n, bshape, batch = got
+    k = min(m, n)
+    q, r = node.outs
+    if q.shape != bshape + (m, k) or r.shape != bshape + (k, n) or q.dtype != x.dtype or r.dtype != x.dtype:
+        return None
+    if m == 0 or n == 0 or batch == 0:
+        return Plan(())
+    dt = x.dtype
+    at = _transposed_copy(x, bshape, m, n, inp(0), tmp(0), device)
+    r_out = _from_column_major(dt, bshape, m, n, k, n, tmp(0), out(1), device)
+    q_out = _from_column_major(dt, bshape, m, n, m, k, tmp(0), out(0), device)
+    if None in (at, r_out, q_out):
+        return None
+    return Plan((at,
+                 HostCall(SolverCall("geqrf", (dt, m, n, batch)), (tmp(0), tmp(1), tmp(2)),
+                          what=f"geqrf {dt} {m}x{n} x{batch}"),
+                 r_out,                                           # R: the factor's upper part,
+                 _launch("tri", dt, k, batch, (out(1), out(1)), keep_upper=1, device=device, k=n,
+                         items=k * n * batch),                    # reflectors below cleared
+                 HostCall(SolverCall("orgqr", (dt, m, n, batch)), (tmp(0), tmp(1), tmp(2)),
+                          what=f"orgqr {dt} {m}x{k} x{batch}"),
+                 q_out),
+                temps=(batch * m * n * ITEMSIZE[dt], batch * k * ITEMSIZE[dt], 4 * batch))
+
+
 def plan_node(node, device):
     if node.prim not in PRIMITIVES:
         return None
@@ -270,5 +322,6 @@ def plan_node(node, device):
 
     if not solver.available(solver.vendor_of(getattr(device, "arch", ""))):
         return None
-    plans = {"Cholesky": plan_cholesky, "Inverse": plan_inverse, "Eigh": plan_eigh, "LUF": plan_luf}
+    plans = {"Cholesky": plan_cholesky, "Inverse": plan_inverse, "Eigh": plan_eigh, "LUF": plan_luf,
+             "QRF": plan_qrf}
     return plans[node.prim](node, device)

@@ -131,6 +131,37 @@ class SolverEngine:
                     check(getattr(lib, fn)(self.handle, m, n, ab, m, work, pb, ib), fn, m, n, hex(ab), m,
                           hex(work), hex(pb), hex(ib))
 
+    def geqrf(self, dtype: str, m: int, n: int, batch: int, a: int, tau: int, info: int, stream) -> None:
+        """Householder QR of `batch` column-major m x n matrices in place (R above the
+        diagonal, reflectors below); tau: min(m, n) scalars per matrix."""
+        self._qr("geqrf", dtype, m, n, batch, a, tau, info, stream)
+
+    def orgqr(self, dtype: str, m: int, n: int, batch: int, a: int, tau: int, info: int, stream) -> None:
+        """Q (m x min(m, n), column-major, in the first columns) from geqrf's reflectors."""
+        self._qr("orgqr", dtype, m, n, batch, a, tau, info, stream)
+
+    def _qr(self, which, dtype, m, n, batch, a, tau, info, stream) -> None:
+        lib, check, p = self.lib, self.check, PREFIX[dtype]
+        k, item = min(m, n), ITEMSIZE[dtype]
+        cols = n if which == "geqrf" else k          # orgqr forms m x k
+        with self.lock:
+            self._bind(stream)
+            lw = ctypes.c_int(0)
+            fn = f"{p}{which}_buffer_size"
+            if which == "geqrf":
+                check(getattr(lib, fn)(self.handle, m, n, a, m, ctypes.byref(lw)), fn, m, n, hex(a), m, "&lwork")
+            else:
+                check(getattr(lib, fn)(self.handle, m, k, k, a, m, tau, ctypes.byref(lw)), fn, m, k, k, hex(a), m,
+                      hex(tau), "&lwork")
+            work = self.work.get(max(lw.value, 1) * item)
+            fn = f"{p}{which}"
+            call = getattr(lib, fn)
+            for b in range(batch):
+                ab, tb, ib = a + b * m * n * item, tau + b * k * item, info + 4 * b
+                args = (m, n) if which == "geqrf" else (m, cols, k)
+                check(call(self.handle, *args, ab, m, tb, work, lw.value, ib), fn, *args, hex(ab), m, hex(tb),
+                      hex(work), lw.value, hex(ib))
+
     def syevd(self, dtype: str, vectors: bool, lower_col: bool, n: int, batch: int, a: int, w: int,
               info: int, stream) -> None:
         """Eigenvalues (ascending, n per matrix at w) and, with ``vectors``, eigenvectors (the

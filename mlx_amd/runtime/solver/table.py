@@ -57,6 +57,13 @@ _ROWS += _typed(0, 1, "getrs", "getrs", I, (P, I, I, I, P, I, P, P, I, P))      
 _ROWS += _typed(1, 1, "syevd_buffer_size", "syevd_bufferSize", I, (P, I, I, I, P, I, P, pI))
 _ROWS += _typed(1, 1, "syevd", "syevd", I, (P, I, I, I, P, I, P, P, I, P))
 
+# geqrf: handle, m, n, A, lda, (&lwork | tau, work, lwork, info)
+_ROWS += _typed(1, 1, "geqrf_buffer_size", "geqrf_bufferSize", I, (P, I, I, P, I, pI))
+_ROWS += _typed(1, 1, "geqrf", "geqrf", I, (P, I, I, P, I, P, P, I, P))
+# orgqr: handle, m, n, k, A, lda, tau, (&lwork | work, lwork, info)
+_ROWS += _typed(1, 1, "orgqr_buffer_size", "orgqr_bufferSize", I, (P, I, I, I, P, I, P, pI))
+_ROWS += _typed(1, 1, "orgqr", "orgqr", I, (P, I, I, I, P, I, P, P, I, P))
+
 TABLE: tuple[Entry, ...] = tuple(Entry(*row) for row in _ROWS)
 BY_NAME: dict[str, Entry] = {e.name: e for e in TABLE}
 
