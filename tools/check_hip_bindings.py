@@ -123,7 +123,7 @@ BASE_CLASSES = {
     "int": "i32", "unsigned int": "i32", "unsigned": "i32", "int32_t": "i32", "uint32_t": "i32",
     "size_t": "i64", "unsigned long long": "i64", "long long": "i64", "unsigned long": "i64",
     "long": "i64", "uint64_t": "i64", "int64_t": "i64",
-    "unsigned char": "i8", "char": "i8", "float": "f32", "double": "f64", "enum": "i32",
+    "unsigned char": "i8", "signed char": "i8", "char": "i8", "float": "f32", "double": "f64", "enum": "i32",
 }
 
 

@@ -1,4 +1,4 @@
-"""Cholesky, Inverse, Eigh, LUF and QRF on the GPU through hipSOLVER / cuSOLVER (family VERIFIED = False:
+"""Cholesky, Inverse, Eigh, LUF, QRF and SVD on the GPU through hipSOLVER / cuSOLVER (family VERIFIED = False:
 enabled here with MLX_AMD_UNVERIFIED=1) against MLX's CPU (LAPACK): float32 and float64,
 batches, transposed / sliced / broadcast inputs, tri_inv both ways, and MLX's errors for
 singular matrices. Two correct factorizations differ by rounding that grows with the
@@ -40,6 +40,12 @@ def general(shape, dtype, seed):
     n = shape[-1]
     a = rng.standard_normal(shape) + 2 * np.sqrt(n) * np.eye(n)
     return mx.array(a.astype(np.float64 if dtype == mx.float64 else np.float32))
+
+
+def rand(shape, dt, seed):
+    """(numpy array, mx.array) of normal samples in the dtype of ``dt``."""
+    a = np.random.default_rng(seed).standard_normal(shape).astype(np.float64 if dt == "f64" else np.float32)
+    return a, mx.array(a)
 
 
 def check(fn, x, prim, what):
@@ -112,9 +118,7 @@ def test_singular_raises_mlx_error(gpu_runtime, fn, a):
 @pytest.mark.parametrize("shape", [(1, 1), (6, 6), (3, 32, 32)])
 def test_eigh(gpu_runtime, dt, uplo, shape):
     # eigenvalues against MLX's; eigenvectors (unique up to sign) by A v = w v and V^T V = I
-    rng = np.random.default_rng(6)
-    a = rng.standard_normal(shape).astype(np.float64 if dt == "f64" else np.float32)
-    x = mx.array(a)
+    a, x = rand(shape, dt, 6)
     check_gpu(lambda v: mx.linalg.eigvalsh(v, UPLO=uplo), x, prims=("Eigh",), rtol=TOL[x.dtype],
               atol=TOL[x.dtype] * 10, what=f"eigvalsh {dt} {uplo} {shape}")
     w, v = mx.linalg.eigh(x, UPLO=uplo)
@@ -132,8 +136,7 @@ def test_eigh(gpu_runtime, dt, uplo, shape):
 @pytest.mark.parametrize("shape", [(1, 1), (5, 5), (3, 7), (7, 3), (2, 16, 16), (2, 3, 12, 9)])
 def test_lu_factor(gpu_runtime, dt, shape):
     # random matrices: no ties in the pivot search, so the pivots and the permutation are exact
-    x = general(shape, DT[dt], 7) if shape[-1] == shape[-2] else mx.array(
-        np.random.default_rng(7).standard_normal(shape).astype(np.float64 if dt == "f64" else np.float32))
+    x = general(shape, DT[dt], 7) if shape[-1] == shape[-2] else rand(shape, dt, 7)[1]
     check_gpu(lambda v: mx.linalg.lu_factor(v), x, prims=("LUF",), rtol=TOL[x.dtype], atol=TOL[x.dtype] * 10,
               what=f"lu_factor {dt} {shape}")
     check_gpu(lambda v: mx.linalg.lu(v), x, prims=("LUF",), rtol=TOL[x.dtype], atol=TOL[x.dtype] * 10,
@@ -153,9 +156,7 @@ def test_lu_factor_layouts_and_singular(gpu_runtime):
 def test_qr(gpu_runtime, dt, shape):
     # Q R = A, Q^T Q = I, R upper; and MLX's Q and R up to the sign of each column of Q and
     # the matching row of R (both libraries use LAPACK's Householder signs)
-    rng = np.random.default_rng(10)
-    a = rng.standard_normal(shape).astype(np.float64 if dt == "f64" else np.float32)
-    x = mx.array(a)
+    a, x = rand(shape, dt, 10)
     with plain_mlx():
         rq, rr = (np.array(t).astype(np.float64) for t in mx.linalg.qr(x))
     import mlx_amd
@@ -174,3 +175,21 @@ def test_qr(gpu_runtime, dt, shape):
     s = np.sign(np.sum(q * rq, axis=-2, keepdims=True))
     np.testing.assert_allclose(q * s, rq, atol=tol * 10)
     np.testing.assert_allclose(r * np.swapaxes(s, -1, -2), rr, atol=tol * 10 * max(1.0, np.abs(a).max()))
+
+
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+@pytest.mark.parametrize("shape", [(1, 1), (6, 6), (7, 4), (4, 7), (2, 3, 10, 6)])
+def test_svd(gpu_runtime, dt, shape):
+    # singular values against MLX's; U S V^T = A and U, V orthogonal (the vectors are unique
+    # only up to sign, and the extra columns of a full U or V^T up to a rotation)
+    a, x = rand(shape, dt, 12)
+    tol = 1e-4 if dt == "f32" else 1e-10
+    check_gpu(lambda v: mx.linalg.svd(v, compute_uv=False), x, prims=("SVD",), rtol=tol, atol=tol * 10,
+              what=f"singular values {dt} {shape}")
+    u, s, vt = (np.array(t).astype(np.float64) for t in mx.linalg.svd(x))
+    m, n = shape[-2:]
+    k = min(m, n)
+    rec = (u[..., :, :k] * s[..., None, :]) @ vt[..., :k, :]
+    np.testing.assert_allclose(rec, a, atol=tol * 20 * max(1.0, np.abs(a).max()))
+    np.testing.assert_allclose(np.swapaxes(u, -1, -2) @ u, np.broadcast_to(np.eye(m), u.shape), atol=tol * 20)
+    np.testing.assert_allclose(vt @ np.swapaxes(vt, -1, -2), np.broadcast_to(np.eye(n), vt.shape), atol=tol * 20)

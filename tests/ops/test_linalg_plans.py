@@ -145,6 +145,27 @@ def test_qrf_plan_steps(solver_present):
     assert la.plan_node(qrf_node(R((3, 4), "float16")), Dev()) is None
 
 
+def svd_node(x, uv):
+    m, n = x.shape[-2:]
+    k, b = min(m, n), x.shape[:-2]
+    outs = (R(b + (m, m), x.dtype), R(b + (k,), x.dtype), R(b + (n, n), x.dtype)) if uv else (R(b + (k,), x.dtype),)
+    return Node("SVD", (uv,), (x,), outs)
+
+
+def test_svd_plan_steps(solver_present):
+    tall = la.plan_node(svd_node(R((2, 5, 3), "float32"), True), Dev())
+    call = tall.steps[1]
+    assert call.fn == la.SolverCall("gesvd", ("float32", True, 5, 3, 2)) and len(tall.steps) == 5
+    assert call.refs == (("t", 0, 0), ("o", 1, 0), ("t", 1, 0), ("t", 2, 0), ("t", 3, 0))
+    assert tall.temps == (2 * 15 * 4, 2 * 25 * 4, 2 * 9 * 4, 8) and tall.steps[-1].fn.prim == "SVD"
+    wide = la.plan_node(svd_node(R((3, 5), "float64"), True), Dev())
+    call = wide.steps[1]                           # A^T's U' is A's V^T, its V'^T is A's U
+    assert call.fn == la.SolverCall("gesvd", ("float64", True, 5, 3, 1)) and len(wide.steps) == 3
+    assert call.refs == (("t", 0, 0), ("o", 1, 0), ("o", 2, 0), ("o", 0, 0), ("t", 2, 0))
+    only = la.plan_node(svd_node(R((4, 4), "float32"), False), Dev())
+    assert only.steps[1].fn.params[1] is False and only.steps[1].refs[1] == ("o", 0, 0)
+
+
 # ------------------------------------------------- numpy model of the buffer bookkeeping
 def col_major_view(buf, n):
     """What the library sees of a row-major n x n buffer: its transpose."""
@@ -286,6 +307,32 @@ def test_model_qrf_is_mlx(shape):
     rq, rr = (np.array(t) for t in mx.linalg.qr(mx.array(a), stream=mx.cpu))
     np.testing.assert_allclose(q_, rq, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(r_, rr, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (5, 3), (3, 5)])
+def test_model_svd_is_mlx(shape):
+    rng = np.random.default_rng(11 + sum(shape))
+    a = rng.standard_normal(shape).astype(np.float32)
+    m, n = shape
+    k = min(m, n)
+    if m >= n:
+        col = a.T.copy().ravel().reshape(n, m).T                   # transposed copy: A column-major
+        uc, sv, vtc = np.linalg.svd(col)                            # the library, column-major out
+        u, vt = uc, vtc                                             # transposing copies back
+    else:
+        col = a.ravel().reshape(m, n).T                             # the plain copy: A^T column-major
+        uc, sv, vtc = np.linalg.svd(col)                            # A^T = U' S V'^T
+        vt = uc.T.copy().ravel().reshape(n, n)                      # U' buffer read row-major
+        u = vtc.T.copy().ravel().reshape(m, m)                      # V'^T buffer read row-major
+    ru, rs, rvt = (np.array(t).astype(np.float64) for t in mx.linalg.svd(mx.array(a), stream=mx.cpu))
+    np.testing.assert_allclose(sv, rs, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose((u[:, :k] * sv) @ vt[:k], a, atol=1e-4)
+    np.testing.assert_allclose(u.T @ u, np.eye(m), atol=1e-5)
+    np.testing.assert_allclose(vt @ vt.T, np.eye(n), atol=1e-5)
+    for j in range(k):                                              # the same vectors up to sign
+        sgn = np.sign(u[:, j] @ ru[:, j])
+        np.testing.assert_allclose(sgn * u[:, j], ru[:, j], atol=1e-4)
+        np.testing.assert_allclose(sgn * vt[j], rvt[j], atol=1e-4)
 
 
 # ------------------------------------------------------------------ errors, as MLX words them
@@ -439,6 +486,25 @@ def test_engine_qr_calls(vendor, platform):
     assert [c[1:7] for c in o] == [(5, 3, 3, 0x1000, 5, 0x2000), (5, 3, 3, 0x1000 + 60, 5, 0x2000 + 12)]
 
 
+@pytest.mark.parametrize("vendor,platform", [("hip", "amd"), ("cuda", "nvidia")])
+def test_engine_gesvd_calls(vendor, platform):
+    lib = FakeLib(vendor)
+    eng = SolverEngine(EngineDriver(platform), FakePool(), lib=lib)
+    lib.calls.clear()
+    eng.gesvd("float32", True, 5, 3, 2, 0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x5)
+    names = [c[0] for c in lib.calls]
+    assert names[1] == ("sgesvd_buffer_size_ws" if vendor == "hip" else "sgesvd_buffer_size")
+    calls = [c[1] for c in lib.calls if c[0] == "sgesvd"]
+    assert [c[1:5] for c in calls] == [(65, 65, 5, 3)] * 2                  # 'A', 'A', m, n
+    assert [(c[5], c[7], c[8], c[10]) for c in calls] == [(0x1000, 0x2000, 0x3000, 0x4000),
+                                                         (0x1000 + 60, 0x2000 + 12, 0x3000 + 100, 0x4000 + 36)]
+    assert [(c[6], c[9], c[11]) for c in calls] == [(5, 5, 3)] * 2            # lda, ldu, ldvt
+    lib.calls.clear()
+    eng.gesvd("float64", False, 4, 4, 1, 0x1000, 0x2000, 0, 0, 0x5000, 0x5)
+    c = [c[1] for c in lib.calls if c[0] == "dgesvd"][0]
+    assert c[1] == c[2] == ord("N") and c[8] is None and c[10] is None
+
+
 def test_solver_table_rows():
     for vendor in ("hip", "cuda"):
         rows = st.rows_for(vendor)
@@ -446,4 +512,5 @@ def test_solver_table_rows():
         assert len(syms) == len(set(syms)) and syms
         assert all(s.startswith("hipsolver" if vendor == "hip" else "cusolverDn") for s in syms)
     assert {e.name for e in st.rows_for("hip")} - {e.name for e in st.rows_for("cuda")} == {
-        "sgetrf_ws", "dgetrf_ws", "sgetrs_ws", "dgetrs_ws", "sgetrs_buffer_size", "dgetrs_buffer_size"}
+        "sgetrf_ws", "dgetrf_ws", "sgetrs_ws", "dgetrs_ws", "sgetrs_buffer_size", "dgetrs_buffer_size",
+        "sgesvd_buffer_size_ws", "dgesvd_buffer_size_ws"}

@@ -1,5 +1,5 @@
-"""Linalg launcher: MLX's Cholesky, Inverse, Eigh, LUF and QRF (mx.linalg.cholesky, inv,
-tri_inv, eigh, eigvalsh, lu_factor, lu, qr) through the solver library (runtime/solver:
+"""Linalg launcher: MLX's Cholesky, Inverse, Eigh, LUF, QRF and SVD (mx.linalg.cholesky,
+inv, tri_inv, eigh, eigvalsh, lu_factor, lu, qr, svd) through the solver library (runtime/solver:
 hipSOLVER / cuSOLVER) and hip_kernels/linalg.hip.
 
 Beyond MLX's CUDA backend, which runs linalg on the CPU. float32 and float64, as MLX
@@ -37,6 +37,12 @@ The library is column-major and reads MLX's row-major matrix A as A^T:
   signs as LAPACK's (a column of Q and the matching row of R may still differ in sign from
   MLX's where the two libraries round differently, so tests check Q R = A, Q^T Q = I and R
   upper triangular, and MLX's values up to those signs).
+- SVD(compute_uv): gesvd with full U and V^T (the libraries take m >= n): a tall A goes
+  through a transposed copy and transposing copies of U and V^T back; a wide A is factored
+  as A^T, whose U' and V'^T buffers read row-major are A's V^T and U. Singular vectors are
+  unique up to sign (and rotation for repeated values): tests check U S V^T = A and
+  orthonormality, and singular values against MLX's. A failure to converge raises MLX's
+  "[SVD::eval_cpu] SVD failed with error code k".
 
 Not run on a GPU yet (VERIFIED = False; tests/ops/test_linalg_gpu.py).
 """
@@ -53,7 +59,8 @@ from ..plan import ITEMSIZE, HostCall, Layout, Plan, inp, out, tmp
 from . import elementwise as ew
 
 FAMILY = "linalg"
-PRIMITIVES = {"Cholesky": "cholesky", "Inverse": "inverse", "Eigh": "eigh", "LUF": "luf", "QRF": "qrf"}
+PRIMITIVES = {"Cholesky": "cholesky", "Inverse": "inverse", "Eigh": "eigh", "LUF": "luf", "QRF": "qrf",
+              "SVD": "svd"}
 VERIFIED = False
 
 DTYPES = ("float32", "float64")
@@ -315,6 +322,55 @@ def plan_qrf(node, device):
                 temps=(batch * m * n * ITEMSIZE[dt], batch * k * ITEMSIZE[dt], 4 * batch))
 
 
+def plan_svd(node, device):
+    """SVD(compute_uv): outputs (U m x m, S k, V^T n x n) or (S)."""
+    p = node.params
+    if isinstance(p, tuple) and len(p) == 1:
+        p = p[0]
+    if not isinstance(p, bool):
+        return None
+    got = _matrices(node, 3 if p else 1)
+    if got is None:
+        return None
+    x, m, n, bshape, batch = got
+    k = min(m, n)
+    outs = node.outs
+    want = [bshape + (m, m), bshape + (k,), bshape + (n, n)] if p else [bshape + (k,)]
+    if [o.shape for o in outs] != want or any(o.dtype != x.dtype for o in outs):
+        return None
+    if m == 0 or n == 0 or batch == 0:
+        return Plan(())
+    dt, item = x.dtype, ITEMSIZE[x.dtype]
+    s_ref = out(1) if p else out(0)
+    if m >= n:
+        # the library's tall case on column-major A (a transposed copy); U and V^T come back
+        # column-major: transposing copies into MLX's row-major outputs
+        at = _transposed_copy(x, bshape, m, n, inp(0), tmp(0), device)
+        if at is None:
+            return None
+        steps = [at, HostCall(SolverCall("gesvd", (dt, p, m, n, batch)), (tmp(0), s_ref, tmp(1), tmp(2), tmp(3)),
+                              what=f"gesvd {dt} {m}x{n} x{batch}")]
+        if p:
+            u = _from_column_major(dt, bshape, m, m, m, m, tmp(1), out(0), device)
+            v = _from_column_major(dt, bshape, n, n, n, n, tmp(2), out(2), device)
+            if u is None or v is None:
+                return None
+            steps += [u, v]
+        temps = (batch * m * n * item, batch * m * m * item if p else 1, batch * n * n * item if p else 1, 4 * batch)
+    else:
+        # wide: the row-major copy is A^T column-major (tall): A^T = U' S V'^T gives
+        # U = V'^T and V^T = U'^T, which are exactly U' and V'^T's buffers read row-major
+        copy = ew.dense_copy_launch(x, x.shape, inp(0), tmp(0), device)
+        if copy is None:
+            return None
+        steps = [copy, HostCall(SolverCall("gesvd", (dt, p, n, m, batch)),
+                                (tmp(0), s_ref, out(2) if p else tmp(1), out(0) if p else tmp(1), tmp(2)),
+                                what=f"gesvd {dt} {n}x{m} x{batch}")]
+        temps = (batch * m * n * item, 1, 4 * batch)
+    steps.append(HostCall(InfoCheck("SVD", batch, prim="SVD"), (tmp(len(temps) - 1),), what="convergence check"))
+    return Plan(tuple(steps), temps=temps)
+
+
 def plan_node(node, device):
     if node.prim not in PRIMITIVES:
         return None
@@ -323,5 +379,5 @@ def plan_node(node, device):
     if not solver.available(solver.vendor_of(getattr(device, "arch", ""))):
         return None
     plans = {"Cholesky": plan_cholesky, "Inverse": plan_inverse, "Eigh": plan_eigh, "LUF": plan_luf,
-             "QRF": plan_qrf}
+             "QRF": plan_qrf, "SVD": plan_svd}
     return plans[node.prim](node, device)

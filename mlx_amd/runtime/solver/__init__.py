@@ -162,6 +162,35 @@ class SolverEngine:
                 check(call(self.handle, *args, ab, m, tb, work, lw.value, ib), fn, *args, hex(ab), m, hex(tb),
                       hex(work), lw.value, hex(ib))
 
+    def gesvd(self, dtype: str, vectors: bool, m: int, n: int, batch: int, a: int, s: int, u: int, vt: int,
+              info: int, stream) -> None:
+        """SVD of `batch` column-major m x n matrices, m >= n (the library's rule): singular
+        values (n per matrix, descending) at s and, with ``vectors``, all of U (m x m) and V^T
+        (n x n), column-major. A is destroyed."""
+        lib, check, p = self.lib, self.check, PREFIX[dtype]
+        item = ITEMSIZE[dtype]
+        job = ord("A") if vectors else ord("N")
+        with self.lock:
+            self._bind(stream)
+            lw = ctypes.c_int(0)
+            if self.vendor == "hip":
+                fn = f"{p}gesvd_buffer_size_ws"
+                check(getattr(lib, fn)(self.handle, job, job, m, n, ctypes.byref(lw)), fn, job, job, m, n, "&lwork")
+            else:
+                fn = f"{p}gesvd_buffer_size"
+                check(getattr(lib, fn)(self.handle, m, n, ctypes.byref(lw)), fn, m, n, "&lwork")
+            work = self.work.get((max(lw.value, 1) + n) * item)     # + rwork (n values)
+            rwork = work + max(lw.value, 1) * item
+            fn = f"{p}gesvd"
+            call = getattr(lib, fn)
+            for b in range(batch):
+                ab, sb, ib = a + b * m * n * item, s + b * n * item, info + 4 * b
+                ub = u + b * m * m * item if vectors else None
+                vb = vt + b * n * n * item if vectors else None
+                check(call(self.handle, job, job, m, n, ab, m, sb, ub, m, vb, n, work, lw.value, rwork, ib), fn,
+                      chr(job), chr(job), m, n, hex(ab), m, hex(sb), ub, m, vb, n, hex(work), lw.value, hex(rwork),
+                      hex(ib))
+
     def syevd(self, dtype: str, vectors: bool, lower_col: bool, n: int, batch: int, a: int, w: int,
               info: int, stream) -> None:
         """Eigenvalues (ascending, n per matrix at w) and, with ``vectors``, eigenvectors (the

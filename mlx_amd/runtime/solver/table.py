@@ -26,6 +26,7 @@ from ..driver.table import symbols
 
 P = ctypes.c_void_p
 I = ctypes.c_int
+C = ctypes.c_byte          # signed char (gesvd's job letters)
 pI = ctypes.POINTER(ctypes.c_int)
 pP = ctypes.POINTER(ctypes.c_void_p)
 
@@ -63,6 +64,12 @@ _ROWS += _typed(1, 1, "geqrf", "geqrf", I, (P, I, I, P, I, P, P, I, P))
 # orgqr: handle, m, n, k, A, lda, tau, (&lwork | work, lwork, info)
 _ROWS += _typed(1, 1, "orgqr_buffer_size", "orgqr_bufferSize", I, (P, I, I, I, P, I, P, pI))
 _ROWS += _typed(1, 1, "orgqr", "orgqr", I, (P, I, I, I, P, I, P, P, I, P))
+
+# gesvd (m >= n): handle, jobu, jobvt, m, n, A, lda, S, U, ldu, VT, ldvt, work, lwork, rwork, info;
+# the size query takes the job letters on hipSOLVER only
+_ROWS += _typed(1, 0, "gesvd_buffer_size_ws", "gesvd_bufferSize", I, (P, C, C, I, I, pI))
+_ROWS += _typed(0, 1, "gesvd_buffer_size", "gesvd_bufferSize", I, (P, I, I, pI))
+_ROWS += _typed(1, 1, "gesvd", "gesvd", I, (P, C, C, I, I, P, I, P, P, I, P, I, P, I, P, P))
 
 TABLE: tuple[Entry, ...] = tuple(Entry(*row) for row in _ROWS)
 BY_NAME: dict[str, Entry] = {e.name: e for e in TABLE}
