@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import mlx.core as mx  # noqa: E402
 
-from harness import Bench  # noqa: E402
+from harness import Bench, torch_cuda  # noqa: E402
 
 from mlx_amd.runtime.ops import conv  # noqa: E402
 
@@ -34,18 +34,15 @@ DTYPES = [("bf16", mx.bfloat16, "bfloat16"), ("f32", mx.float32, "float32")]
 
 
 def torch_conv(tname, h, cin, cout, k, s, p):
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            return None
-        torch.backends.cudnn.allow_tf32 = False      # true fp32, like ours
-        torch.backends.cudnn.benchmark = True
-        dt = getattr(torch, tname)
-        x = torch.randn(N, cin, h, h, device="cuda", dtype=dt).to(memory_format=torch.channels_last)
-        w = torch.randn(cout, cin, k, k, device="cuda", dtype=dt).to(memory_format=torch.channels_last)
-        return lambda: torch.nn.functional.conv2d(x, w, stride=s, padding=p)
-    except Exception:
+    torch = torch_cuda()
+    if torch is None:
         return None
+    torch.backends.cudnn.allow_tf32 = False      # true fp32, like ours
+    torch.backends.cudnn.benchmark = True
+    dt = getattr(torch, tname)
+    x = torch.randn(N, cin, h, h, device="cuda", dtype=dt).to(memory_format=torch.channels_last)
+    w = torch.randn(cout, cin, k, k, device="cuda", dtype=dt).to(memory_format=torch.channels_last)
+    return lambda: torch.nn.functional.conv2d(x, w, stride=s, padding=p)
 
 
 def main(argv=None):

@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import mlx.core as mx  # noqa: E402
 
-from harness import Bench  # noqa: E402
+from harness import Bench, torch_cuda  # noqa: E402
 
 from mlx_amd.runtime.ops import matmul  # noqa: E402
 
@@ -25,15 +25,12 @@ GEMMS = [("bf16", mx.bfloat16, "bfloat16", 4096), ("bf16", mx.bfloat16, "bfloat1
 
 
 def torch_pair(tname, n):
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            return None
-        torch.backends.cuda.matmul.allow_tf32 = False       # true fp32, like ours
-        dt = getattr(torch, tname)
-        return torch.randn(n, n, device="cuda", dtype=dt), torch.randn(n, n, device="cuda", dtype=dt)
-    except Exception:
+    torch = torch_cuda()
+    if torch is None:
         return None
+    torch.backends.cuda.matmul.allow_tf32 = False       # true fp32, like ours
+    dt = getattr(torch, tname)
+    return torch.randn(n, n, device="cuda", dtype=dt), torch.randn(n, n, device="cuda", dtype=dt)
 
 
 def main(argv=None):

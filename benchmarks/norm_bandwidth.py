@@ -3,14 +3,13 @@ PyTorch, in one run.
 
     python benchmarks/norm_bandwidth.py [--out DIR]
 
-Per case: the family's plan launched directly on device buffers and timed with device
-events (kernel rows), and mx.fast.* through mlx-amd's evaluator (end to end rows).
+Per case: the family's plan on resident inputs, timed with device events (Bench.time_node:
+the kernel rows), and mx.fast.* through mlx-amd's evaluator (end to end rows).
 Bandwidth counts the bytes that must move: x, weight/bias/offset once, the output once.
 Writes <out>/norm_bandwidth-h200.json.
 """
 
 import argparse
-import math
 import os
 import sys
 
@@ -19,11 +18,8 @@ import mlx.core as mx
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Bench, torch_cuda  # noqa: E402
 
-from mlx_amd.runtime.launch import Launch, run  # noqa: E402
 from mlx_amd.runtime.ops import norm, rope  # noqa: E402
-from mlx_amd.runtime.plan import ITEMSIZE, Layout, Node  # noqa: E402
 
-R = Layout.row_major
 # name, op, x shape, dtype
 CASES = [
     ("rms_norm bf16 4096x4096 (row)", "rms", (4096, 4096), "bfloat16"),
@@ -34,14 +30,17 @@ CASES = [
 ]
 
 
-def node_for(op, shape, dtype):
-    x = R(shape, dtype)
+def node_args(op, shape, dtype):
+    """(family, primitive, params, input arrays) of one case's node, as mx.fast builds it."""
+    dt = getattr(mx, dtype)
+    x = mx.random.normal(shape).astype(dt)
     n = shape[-1]
+    w = mx.ones((n,), dtype=dt)
     if op == "rms":
-        return norm, Node("mlx_amd::RMSNorm", (1e-5, True), (x, R((n,), dtype)), (x,))
+        return norm, "mlx_amd::RMSNorm", (1e-5, True), (x, w)
     if op == "ln":
-        return norm, Node("mlx_amd::LayerNorm", (1e-5, True, True), (x, R((n,), dtype), R((n,), dtype)), (x,))
-    return rope, Node("mlx_amd::RoPE", (n, False, 10000.0, 1.0, False), (x, R((), "int32")), (x,))
+        return norm, "mlx_amd::LayerNorm", (1e-5, True, True), (x, w, w)
+    return rope, "mlx_amd::RoPE", (n, False, 10000.0, 1.0, False), (x, mx.array(0, dtype=mx.int32))
 
 
 def mlx_fn(op, n, dtype):
@@ -71,20 +70,10 @@ def main():
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args()
     b = Bench("norm_bandwidth")
-    drv, mods = b.drv, b.rt.modules
     for name, op, shape, dtype in CASES:
-        mod, node = node_for(op, shape, dtype)
-        plan = mod.plan_node(node, b.props)
-        sizes = [max(1, lay.size * ITEMSIZE[lay.dtype]) for lay in node.ins]
-        n_out = node.out.size * ITEMSIZE[dtype]
-        moved = sum(sizes) + n_out
-        ins = [drv.malloc(s) for s in sizes]
-        o = drv.malloc(n_out)
-        for p, s, lay in zip(ins, sizes, node.ins):
-            drv.memset(p, 0 if lay.dtype == "int32" else 0x3c, s)   # finite values, offset 0
-        launches = [s for s in plan.steps if isinstance(s, Launch)]
-        args_ = [(s, tuple((ins[r.index] if r.kind == "i" else o) + r.offset for r in s.refs)) for s in launches]
-        ms = b.time_device(lambda: [run(s, mods, drv, p) for s, p in args_])
+        fam, prim, params, ins = node_args(op, shape, dtype)
+        moved = sum(a.nbytes for a in ins) + ins[0].nbytes      # inputs once, the output once
+        ms = b.time_node(fam, prim, params, ins, [shape], [dtype])
         gbps = moved / (ms * 1e-3) / 1e9
         b.row(name, gbps, "GB/s", "copy roofline", b.roofline_gbps)
         tf, t = torch_fn(op, shape, dtype)
@@ -92,12 +81,9 @@ def main():
             tms = b.time_torch(tf)
             b.row(name + " vs PyTorch", gbps, "GB/s", "PyTorch", moved / (tms * 1e-3) / 1e9)
             del t
-        for p in ins + [o]:
-            drv.free(p)
-        x = mx.random.normal(shape).astype(getattr(mx, dtype))
-        e2e = b.time_mlx(mlx_fn(op, shape[-1], dtype), x)
+        e2e = b.time_mlx(mlx_fn(op, shape[-1], dtype), ins[0])
         b.row(name + " (end to end)", moved / (e2e * 1e-3) / 1e9, "GB/s", "copy roofline", b.roofline_gbps)
-        del x
+        del ins
     print("wrote", b.write(args.out))
 
 

@@ -2,8 +2,8 @@
 
     python benchmarks/softmax_bandwidth.py [--out DIR]
 
-Per case: the family's plan launched directly on device buffers and timed with device
-events (the kernel rows; median of 20 after warm-up), and the same op through mlx-amd's
+Per case: the family's plan on resident inputs, timed with device events (Bench.time_node:
+the kernel rows; median after warm-up), and the same op through mlx-amd's
 evaluator (the "end to end" rows: inputs resident, includes the engine's host work).
 Bandwidth counts the bytes that must move: the input once and the output once. References
 from the same run: the device copy roofline and PyTorch's op on the same shape.
@@ -20,9 +20,7 @@ import mlx.core as mx
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Bench, torch_cuda  # noqa: E402
 
-from mlx_amd.runtime.launch import Launch, run  # noqa: E402
 from mlx_amd.runtime.ops import scan, softmax  # noqa: E402
-from mlx_amd.runtime.plan import ITEMSIZE, Layout, Node  # noqa: E402
 
 # name, op, shape, dtype
 CASES = [
@@ -34,13 +32,13 @@ CASES = [
 ]
 
 
-def node_for(op, shape, dtype):
-    x = Layout.row_major(shape, dtype)
+def node_args(op, shape):
+    """(family, primitive, params, output shape) of one case's node, as MLX builds it."""
     if op == "softmax":
-        return softmax, Node("Softmax", (False,), (x,), (x,))
+        return softmax, "Softmax", (False,), shape
     if op == "logsumexp":
-        return softmax, Node("LogSumExp", (), (x,), (Layout.row_major(shape[:-1] + (1,), dtype),))
-    return scan, Node("Scan", (2, len(shape) - 1, False, True), (x,), (x,))
+        return softmax, "LogSumExp", (), shape[:-1] + (1,)
+    return scan, "Scan", (2, len(shape) - 1, False, True), shape
 
 
 def mlx_fn(op):
@@ -68,25 +66,11 @@ def main():
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args()
     b = Bench("softmax_bandwidth")
-    drv, mods = b.drv, b.rt.modules
     for name, op, shape, dtype in CASES:
-        mod, node = node_for(op, shape, dtype)
-        plan = mod.plan_node(node, b.props)
-        n_in = math.prod(shape) * ITEMSIZE[dtype]
-        n_out = node.out.size * ITEMSIZE[dtype]
-        moved = n_in + n_out
-        bufs = {"i": drv.malloc(n_in), "o": drv.malloc(max(n_out, 1))}
-        temps = [drv.malloc(t) for t in plan.temps]
-        drv.memset(bufs["i"], 0x3c, n_in)   # finite values in every float dtype
-
-        def ptrs(launch):
-            if launch.refs is None:
-                return (bufs["i"], bufs["o"])
-            return tuple((temps[r.index] if r.kind == "t" else bufs[r.kind]) + r.offset for r in launch.refs)
-
-        launches = [s for s in plan.steps if isinstance(s, Launch)]
-        args_ = [(s, ptrs(s)) for s in launches]
-        ms = b.time_device(lambda: [run(s, mods, drv, p) for s, p in args_])
+        fam, prim, params, oshape = node_args(op, shape)
+        x = mx.random.normal(shape).astype(getattr(mx, dtype))
+        moved = x.nbytes + math.prod(oshape) * x.itemsize           # the input once, the output once
+        ms = b.time_node(fam, prim, params, (x,), [oshape], [dtype])
         gbps = moved / (ms * 1e-3) / 1e9
         b.row(name, gbps, "GB/s", "copy roofline", b.roofline_gbps)
         tf, t = torch_fn(op, shape, dtype)
@@ -94,9 +78,6 @@ def main():
             tms = b.time_torch(tf)
             b.row(name + " vs PyTorch", gbps, "GB/s", "PyTorch", moved / (tms * 1e-3) / 1e9)
             del t
-        for p in [bufs["i"], bufs["o"]] + temps:
-            drv.free(p)
-        x = mx.random.normal(shape).astype(getattr(mx, dtype))
         e2e = b.time_mlx(mlx_fn(op), x)
         b.row(name + " (end to end)", moved / (e2e * 1e-3) / 1e9, "GB/s", "copy roofline", b.roofline_gbps)
         del x
