@@ -418,15 +418,14 @@ class Evaluator:
 
     # ------------------------------------------------------------------- replay
     def _keep(self, prog):
-        sizes = prog.buffer_sizes()
-        if sum(sizes) > REPLAY_BYTES:
+        if sum(prog.buffer_sizes()) > REPLAY_BYTES:
             return
         kinds = prog.kinds()
         if not any(k == "gpu" for _, k in kinds):
             return
         if len(self.programs) >= 256:
             self.drop_programs()
-        self.programs[prog.fingerprint] = _Program(prog, sizes, kinds)
+        self.programs[prog.fingerprint] = _Program(prog, kinds)
 
     def drop_programs(self) -> None:
         """Forget every recorded program (and destroy their graphs now)."""
@@ -669,16 +668,16 @@ class Evaluator:
 
 
 class _Program:
-    __slots__ = ("program", "sizes", "kinds", "counts")
+    __slots__ = ("program", "kinds", "counts")
 
-    def __init__(self, program, sizes, kinds):
-        self.program, self.sizes, self.kinds = program, sizes, kinds
+    def __init__(self, program, kinds):
+        self.program, self.kinds = program, kinds
         # what a replay adds to the statistics (nodes handed back to Python count there)
         self.counts = tuple(collections.Counter(nk for nk in kinds if nk[1] != "python").items())
 
     def refresh(self):
-        """After nodes were recorded again: their outputs and kinds may have changed."""
-        self.__init__(self.program, self.program.buffer_sizes(), self.program.kinds())
+        """After nodes were recorded again: their kinds may have changed."""
+        self.__init__(self.program, self.program.kinds())
 
 
 class _Metas:

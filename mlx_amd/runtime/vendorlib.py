@@ -17,6 +17,12 @@ from .driver.base import DriverUnavailable
 from .driver.table import format_arg
 
 
+def vendor_of(platform_or_arch: str) -> str:
+    """"cuda" for the NVIDIA platform (or an sm_ arch), "hip" otherwise."""
+    s = str(platform_or_arch)
+    return "cuda" if s == "nvidia" or s.startswith("sm_") else "hip"
+
+
 def status_check(lib, error_cls, names: dict, hints: dict | None = None):
     """``check(status, call, *args)``: raise ``error_cls`` naming the vendor's call (from the
     logical name), the status name (``names``) and a hint where ``hints`` has one."""
@@ -128,4 +134,4 @@ class Workspace:
             self.block, self.nbytes = None, 0
 
 
-__all__ = ["status_check", "load", "Lazy", "PerDriver", "Workspace"]
+__all__ = ["vendor_of", "status_check", "load", "Lazy", "PerDriver", "Workspace"]

@@ -104,29 +104,31 @@ void FastPrimitive::eval_gpu(const Arrays&, Arrays&) {
                            "] has no MLX GPU implementation (mlx-amd evaluates it)");
 }
 
-Arrays FastPrimitive::jvp(const Arrays& primals, const Arrays& tangents,
-                          const std::vector<int>& argnums) {
+// The decomposition as a function of the differentiated inputs (``argnums``) alone, the
+// others held at their primal values; *dp gets those inputs' primals.
+std::function<Arrays(const Arrays&)> FastPrimitive::of_argnums(const Arrays& primals,
+                                                              const std::vector<int>& argnums,
+                                                              Arrays* dp) {
+  for (int a : argnums) dp->push_back(primals[a]);
   auto s = stream();
-  auto fun = [this, &primals, &argnums, s](const Arrays& d) {
+  return [this, &primals, &argnums, s](const Arrays& d) {
     Arrays all = primals;
     for (size_t i = 0; i < argnums.size(); ++i) all[argnums[i]] = d[i];
     return decompose(all, s);
   };
+}
+
+Arrays FastPrimitive::jvp(const Arrays& primals, const Arrays& tangents,
+                          const std::vector<int>& argnums) {
   Arrays dp;
-  for (int a : argnums) dp.push_back(primals[a]);
+  auto fun = of_argnums(primals, argnums, &dp);
   return mx::jvp(fun, dp, tangents).second;
 }
 
 Arrays FastPrimitive::vjp(const Arrays& primals, const Arrays& cotangents,
                           const std::vector<int>& argnums, const Arrays&) {
-  auto s = stream();
-  auto fun = [this, &primals, &argnums, s](const Arrays& d) {
-    Arrays all = primals;
-    for (size_t i = 0; i < argnums.size(); ++i) all[argnums[i]] = d[i];
-    return decompose(all, s);
-  };
   Arrays dp;
-  for (int a : argnums) dp.push_back(primals[a]);
+  auto fun = of_argnums(primals, argnums, &dp);
   return mx::vjp(fun, dp, cotangents).second;
 }
 

@@ -10,6 +10,7 @@
 // jvp, vmap) go through MLX's transforms of the same decomposition.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -38,6 +39,9 @@ class FastPrimitive : public mx::Primitive {
   virtual Arrays decompose(const Arrays& inputs, mx::Stream s) const = 0;
 
  protected:
+  std::function<Arrays(const Arrays&)> of_argnums(const Arrays& primals,
+                                                  const std::vector<int>& argnums,
+                                                  Arrays* dp);
   // vmap through MLX's vmap of the decomposition (outputs batched on axis 0)
   std::pair<Arrays, std::vector<int>> vmap_decomposed(const Arrays& inputs,
                                                       const std::vector<int>& axes);

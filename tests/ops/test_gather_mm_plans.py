@@ -207,13 +207,3 @@ def test_declines_and_trivial():
              (Layout.strided(deep + (1, 4), tuple(4 * 5 ** (10 - i) for i in range(10)) + (4, 1), "float32"),
               R((8, 4, 4), "float32"), R((2,), "uint32"), R((2,), "uint32")), (R((2, 1, 4), "float32"),))
     assert gm.plan_node(n, p) is None       # 10 non-mergeable batch dims of a
-
-
-def test_dispatched_and_unverified_gating(monkeypatch):
-    from mlx_amd.runtime import ops
-    monkeypatch.delenv("MLX_AMD_UNVERIFIED", raising=False)
-    assert ops.dispatch_table()["GatherMM"] is gm         # verified on the H200: on by default
-    monkeypatch.setattr(gm, "VERIFIED", False, raising=False)
-    assert "GatherMM" not in ops.dispatch_table()
-    monkeypatch.setenv("MLX_AMD_UNVERIFIED", "1")
-    assert ops.dispatch_table()["GatherMM"] is gm

@@ -373,16 +373,6 @@ def test_info_check_raises_mlx_errors():
         la.InfoCheck("LU factorization", 1, solves=True)((0,), None, Ctx([0, -3]))
 
 
-def test_unverified_family_is_left_out(monkeypatch):
-    from mlx_amd.runtime import ops
-
-    assert la.VERIFIED is False
-    monkeypatch.delenv("MLX_AMD_UNVERIFIED", raising=False)
-    assert "Cholesky" not in ops.dispatch_table()
-    monkeypatch.setenv("MLX_AMD_UNVERIFIED", "1")
-    assert ops.dispatch_table()["Inverse"] is la
-
-
 # ------------------------------------------------ the engine against a recording fake library
 class FakeLib:
     def __init__(self, vendor):

@@ -472,3 +472,36 @@ def test_transposes_take_the_tiled_copy(c_layout):
     assert copy.plan("copy", (transposed((8, 40), "int32", (1, 0)),), R((40, 8), "int32"),
                      DEV).kernel.startswith("copy_g_")
     assert copy.plan("Reshape", (t,), R((960,), "float32"), DEV).kernel.startswith("copy_g_")
+
+
+# ------------------------------------------------- VERIFIED gating (runtime/ops/__init__.py)
+UNVERIFIED = {"linalg"}     # families written where no GPU could run them yet
+
+
+def test_which_families_are_unverified():
+    from mlx_amd.runtime.ops import family_modules
+
+    assert {m.FAMILY for m in family_modules() if getattr(m, "VERIFIED", True) is False} == UNVERIFIED
+
+
+def _families():
+    from mlx_amd.runtime.ops import family_modules
+
+    return family_modules()
+
+
+@pytest.mark.parametrize("mod", _families(), ids=lambda m: m.FAMILY)
+def test_unverified_families_are_left_out_unless_asked(mod, monkeypatch):
+    from mlx_amd.runtime import ops
+
+    prims = set(mod.PRIMITIVES)
+    monkeypatch.delenv("MLX_AMD_UNVERIFIED", raising=False)
+    on = ops.dispatch_table()
+    if mod.FAMILY in UNVERIFIED:
+        assert not prims & set(on)
+    else:
+        assert all(on[p] is mod for p in prims)
+    monkeypatch.setattr(mod, "VERIFIED", False, raising=False)
+    assert not prims & set(ops.dispatch_table())
+    monkeypatch.setenv("MLX_AMD_UNVERIFIED", "1")
+    assert all(ops.dispatch_table()[p] is mod for p in prims)

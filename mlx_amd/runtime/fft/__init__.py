@@ -20,7 +20,7 @@ import ctypes
 import dataclasses
 import threading
 
-from ..vendorlib import Lazy, PerDriver, Workspace
+from ..vendorlib import Lazy, PerDriver, Workspace, vendor_of
 from . import table as T
 
 ENV = "MLX_AMD_FFT"      # "auto" (default) or "none": never plan FFTs on the GPU
@@ -39,12 +39,6 @@ class Transform:
 
 
 _libs = Lazy(T.load, ENV, "FFT library unavailable, FFTs run on the CPU")
-
-
-def vendor_of(platform_or_arch: str) -> str:
-    """"cuda" for the NVIDIA platform (or an sm_ arch), "hip" otherwise."""
-    s = str(platform_or_arch)
-    return "cuda" if s == "nvidia" or s.startswith("sm_") else "hip"
 
 
 # library(vendor): the loaded library (raises DriverUnavailable naming the package);

@@ -243,8 +243,7 @@ def plan_luf(node, device):
     got = _matrices(node, 3)
     if got is None:
         return None
-    x, m, n, bshape, batch = got
-    k = min(m, n)
+    x, m, n, k, bshape, batch = got
     lu, piv, perm = node.outs
     if (lu.shape != x.shape or lu.dtype != x.dtype or piv.shape != bshape + (k,) or piv.dtype != "uint32"
             or perm.shape != bshape + (m,) or perm.dtype != "uint32"):
@@ -266,7 +265,8 @@ def plan_luf(node, device):
 
 
 def _matrices(node, nouts):
-    """(x, m, n, batch shape, batch) of a one-input node on m x n float32/float64 matrices."""
+    """(x, m, n, min(m, n), batch shape, batch) of a one-input node on m x n float32/float64
+    matrices with ``nouts`` outputs."""
     if len(node.ins) != 1 or len(node.outs) != nouts:
         return None
     x = node.ins[0]
@@ -275,7 +275,8 @@ def _matrices(node, nouts):
     batch = 1
     for d in x.shape[:-2]:
         batch *= d
-    return x, x.shape[-2], x.shape[-1], x.shape[:-2], batch
+    m, n = x.shape[-2:]
+    return x, m, n, min(m, n), x.shape[:-2], batch
 
 
 def _transposed_copy(x, bshape, m, n, src, dst, device):
@@ -297,8 +298,7 @@ def plan_qrf(node, device):
     got = _matrices(node, 2)
     if got is None:
         return None
-    x, m, n, bshape, batch = got
-    k = min(m, n)
+    x, m, n, k, bshape, batch = got
     q, r = node.outs
     if q.shape != bshape + (m, k) or r.shape != bshape + (k, n) or q.dtype != x.dtype or r.dtype != x.dtype:
         return None
@@ -332,8 +332,7 @@ def plan_svd(node, device):
     got = _matrices(node, 3 if p else 1)
     if got is None:
         return None
-    x, m, n, bshape, batch = got
-    k = min(m, n)
+    x, m, n, k, bshape, batch = got
     outs = node.outs
     want = [bshape + (m, m), bshape + (k,), bshape + (n, n)] if p else [bshape + (k,)]
     if [o.shape for o in outs] != want or any(o.dtype != x.dtype for o in outs):

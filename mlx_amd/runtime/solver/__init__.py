@@ -16,8 +16,7 @@ from __future__ import annotations
 import ctypes
 import threading
 
-from ..fft import vendor_of  # noqa: F401  (one platform rule for every vendor library)
-from ..vendorlib import Lazy, PerDriver, Workspace
+from ..vendorlib import Lazy, PerDriver, Workspace, vendor_of
 from . import table as T
 
 ENV = "MLX_AMD_SOLVER"     # "auto" (default) or "none": never plan linalg on the GPU
