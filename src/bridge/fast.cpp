@@ -154,6 +154,17 @@ static bool only_x_batched(const std::vector<int>& axes) {
   return !axes.empty() && axes[0] >= 0;
 }
 
+// ...then: x's batch axis moved to the front, the op `p` (this primitive's twin) applied
+static std::pair<Arrays, std::vector<int>> x_batched_first(const Arrays& inputs, int axis,
+                                                           mx::Dtype dt,
+                                                           std::shared_ptr<mx::Primitive> p,
+                                                           mx::Stream s) {
+  Arrays in = inputs;
+  in[0] = mx::moveaxis(inputs[0], axis, 0, s);
+  auto shape = in[0].shape();
+  return {{mx::array(shape, dt, std::move(p), in)}, {0}};
+}
+
 // ---------------------------------------------------------------- RMSNorm
 Arrays RMSNorm::decompose(const Arrays& in, mx::Stream s) const {
   std::optional<mx::array> w;
@@ -171,12 +182,8 @@ std::pair<Arrays, std::vector<int>> RMSNorm::vmap(const Arrays& inputs,
                                                   const std::vector<int>& axes) {
   if (!only_x_batched(axes)) return vmap_decomposed(inputs, axes);
   auto s = stream();
-  Arrays in = inputs;
-  in[0] = mx::moveaxis(inputs[0], axes[0], 0, s);
-  auto shape = in[0].shape();
-  auto dt = out_dtype_of(inputs);
-  return {{mx::array(shape, dt, std::make_shared<RMSNorm>(s, eps_, has_weight_), in)},
-          {0}};
+  return x_batched_first(inputs, axes[0], out_dtype_of(inputs),
+                         std::make_shared<RMSNorm>(s, eps_, has_weight_), s);
 }
 
 // ---------------------------------------------------------------- LayerNorm
@@ -198,13 +205,8 @@ std::pair<Arrays, std::vector<int>> LayerNorm::vmap(const Arrays& inputs,
                                                     const std::vector<int>& axes) {
   if (!only_x_batched(axes)) return vmap_decomposed(inputs, axes);
   auto s = stream();
-  Arrays in = inputs;
-  in[0] = mx::moveaxis(inputs[0], axes[0], 0, s);
-  auto shape = in[0].shape();
-  auto dt = out_dtype_of(inputs);
-  return {{mx::array(shape, dt,
-                     std::make_shared<LayerNorm>(s, eps_, has_weight_, has_bias_), in)},
-          {0}};
+  return x_batched_first(inputs, axes[0], out_dtype_of(inputs),
+                         std::make_shared<LayerNorm>(s, eps_, has_weight_, has_bias_), s);
 }
 
 // ---------------------------------------------------------------- RoPE
@@ -234,15 +236,9 @@ std::pair<Arrays, std::vector<int>> RoPE::vmap(const Arrays& inputs,
     return vmap_decomposed(inputs, axes);
   }
   auto s = stream();
-  Arrays in = inputs;
-  in[0] = mx::moveaxis(inputs[0], axes[0], 0, s);
-  auto shape = in[0].shape();
-  auto dt = in[0].dtype();
-  return {{mx::array(shape, dt,
-                     std::make_shared<RoPE>(s, dims_, traditional_, base_, scale_,
-                                            has_freqs_),
-                     in)},
-          {0}};
+  return x_batched_first(inputs, axes[0], inputs[0].dtype(),
+                         std::make_shared<RoPE>(s, dims_, traditional_, base_, scale_, has_freqs_),
+                         s);
 }
 
 // ---------------------------------------------------------------- SDPA
