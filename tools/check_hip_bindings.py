@@ -95,7 +95,7 @@ def _split_params(s: str) -> list:
 def prototypes(text: str, return_types: str) -> dict:
     """{function name: (return type, [parameter declarations])}; first declaration wins."""
     out = {}
-    pat = re.compile(r"(?<![\w*])(" + return_types + r")\s*(?:CUDAAPI\s+)?(\w+)\s*\(")
+    pat = re.compile(r"(?<![\w*])(" + return_types + r")\s*(?:[A-Z]+API\s+)?(\w+)\s*\(")
     for m in pat.finditer(text):
         name = m.group(2)
         i, depth = m.end(), 1

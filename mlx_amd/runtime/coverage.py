@@ -4,8 +4,8 @@ hand.
     python -m mlx_amd.runtime.coverage            # the markdown table of docs/coverage.md
 
 Every primitive class of the installed MLX headers (``primitives.h``, ``fast_primitives.h``)
-is listed with its path: a family launcher (and the dtypes that family's kernels are compiled
-for), a zero-copy view, or MLX's CPU fallback. A family launcher can still decline a
+is listed with its path: a family launcher (and the dtypes it plans: its ``DTYPES``, else those its
+kernels are compiled for), a zero-copy view, or MLX's CPU fallback. A family launcher can still decline a
 particular node (a dtype or layout it does not cover); ``mlx_amd.stats()`` counts what really
 ran where.
 """
@@ -72,7 +72,11 @@ def coverage() -> dict:
             note = _LIBRARIES.get(fam, "")
             if prim in VIEW_PRIMITIVES:
                 note = "zero-copy where MLX's CPU backend makes it one, else this family's kernel"
-            out[prim] = {"path": "gpu", "family": fam, "dtypes": _family_dtypes(fam), "note": note}
+            # a launcher's own DTYPES (what it plans) over what its kernels are compiled for
+            # (linalg's kernels also move int32 pivots, yet it plans float32/float64 only)
+            own = getattr(mod, "DTYPES", None)
+            dts = [d for d in DTYPES if d in own] if own else _family_dtypes(fam)
+            out[prim] = {"path": "gpu", "family": fam, "dtypes": dts, "note": note}
         elif prim in VIEW_PRIMITIVES:
             out[prim] = {"path": "view", "family": None, "dtypes": list(DTYPES),
                          "note": "zero-copy where MLX's CPU backend makes it one, else a copy kernel"}
@@ -94,7 +98,7 @@ def markdown() -> str:
              "layout it does not cover: `mlx_amd.stats()` counts what ran where); `view`: "
              "zero-copy; `cpu`: MLX's CPU fallback.", "",
              f"{n['gpu']} primitives with a GPU launcher, {n['view']} views, {n['cpu']} on the CPU fallback.",
-             "", "| primitive | path | family | kernel dtypes | note |", "|---|---|---|---|---|"]
+             "", "| primitive | path | family | dtypes | note |", "|---|---|---|---|---|"]
     for prim, c in cov.items():
         dts = "all" if len(c["dtypes"]) == len(DTYPES) else ", ".join(c["dtypes"])
         lines.append(f"| {prim} | {c['path']} | {c['family'] or ''} | {dts} | {c['note']} |")

@@ -32,20 +32,20 @@ def spd(shape, dtype, seed):
     n = shape[-1]
     m = rng.standard_normal(shape)
     a = m @ np.swapaxes(m, -1, -2) + n * np.eye(n)
-    return mx.array(a.astype(np.float64 if dtype == mx.float64 else np.float32))
+    return mx.array(a, dtype=dtype)
 
 
 def general(shape, dtype, seed):
     rng = np.random.default_rng(seed)
     n = shape[-1]
     a = rng.standard_normal(shape) + 2 * np.sqrt(n) * np.eye(n)
-    return mx.array(a.astype(np.float64 if dtype == mx.float64 else np.float32))
+    return mx.array(a, dtype=dtype)
 
 
 def rand(shape, dt, seed):
     """(numpy array, mx.array) of normal samples in the dtype of ``dt``."""
     a = np.random.default_rng(seed).standard_normal(shape).astype(np.float64 if dt == "f64" else np.float32)
-    return a, mx.array(a)
+    return a, mx.array(a, dtype=DT[dt])      # mx.array(float64 ndarray) alone is float32
 
 
 def check(fn, x, prim, what):

@@ -44,7 +44,7 @@ The library is column-major and reads MLX's row-major matrix A as A^T:
   orthonormality, and singular values against MLX's. A failure to converge raises MLX's
   "[SVD::eval_cpu] SVD failed with error code k".
 
-Not run on a GPU yet (VERIFIED = False; tests/ops/test_linalg_gpu.py).
+Checked on the GPU by tests/ops/test_linalg_gpu.py (float32 and float64).
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ from . import elementwise as ew
 FAMILY = "linalg"
 PRIMITIVES = {"Cholesky": "cholesky", "Inverse": "inverse", "Eigh": "eigh", "LUF": "luf", "QRF": "qrf",
               "SVD": "svd"}
-VERIFIED = False
 
 DTYPES = ("float32", "float64")
 _ARGS = struct.Struct("<qqii")      # LinalgArgs after its three pointers: n, batch, keep_upper, k
