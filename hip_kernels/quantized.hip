@@ -8,10 +8,12 @@
 // (nvfp4) scale byte per group.
 //
 //   qmv       decode (M <= 8 rows of x): memory bound on w. Each wave (or 2-4 waves
-//             splitting k, for long rows) owns kQmvRows output rows of one row of x; every lane streams whole chunks of those rows (16-byte loads
-//             where the layout allows), dequantizes in registers, accumulates in float,
-//             and the wave reduces. No shared memory. Optional uint32 index arrays pick
-//             x's and w's batch per output batch (GatherQMM).
+//             splitting k, for long rows) owns kQmvRows output rows of one row of x;
+//             every lane streams whole chunks of those rows (16-byte loads where the
+//             layout allows), kQmvSteps chunks per row with all their loads issued
+//             before any arithmetic, dequantizes in registers, accumulates in float, and
+//             the wave reduces. One load of x serves all the rows. Optional uint32 index
+//             arrays pick x's and w's batch per output batch (GatherQMM).
 //   dequant   w -> a row-contiguous array of x's dtype (prefill: a GEMM follows).
 //   quantize  affine quantization, one thread per group, MLX's CPU arithmetic in float.
 //   fp8       fast::ConvertFP8 (float <-> e4m3 bytes) with MLX's CPU rounding.
@@ -26,6 +28,8 @@ enum Mode { kAffine = 0, kMxfp4 = 1, kMxfp8 = 2, kNvfp4 = 3 };
 
 constexpr int kQmvWaves = 4;     // waves per block
 constexpr int kQmvRows = 4;      // output rows per wave
+constexpr int kQmvSteps = 1;     // chunks per lane and row in flight (2 measured slower on the H200:
+                                 // twice the registers, half the resident waves)
 constexpr int kBlock = 256;      // dequant / quantize threads per block
 
 // e2m1: sign, 2 exponent bits (bias 1), 1 mantissa bit; exact in float.
@@ -149,25 +153,6 @@ MLXA_DEVICE void load_words(uint32_t* d, const uint32_t* p, bool vec) {
   for (int j = 0; j < CW; ++j) d[j] = p[j];
 }
 
-// CV consecutive values of x, widened to float (16-byte loads when vec).
-template <typename T, int CV>
-MLXA_DEVICE void load_x(float* xf, const T* p, bool vec) {
-  constexpr int V = 16 / sizeof(T);
-  if constexpr (CV % V == 0) {
-    if (vec) {
-#pragma unroll
-      for (int j = 0; j < CV / V; ++j) {
-        const Vec<T, V> v = ((const Vec<T, V>*)p)[j];
-#pragma unroll
-        for (int t = 0; t < V; ++t) xf[j * V + t] = (float)widen(v.v[t]);
-      }
-      return;
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < CV; ++j) xf[j] = (float)widen(p[j]);
-}
-
 // Offset of flat batch index i over a row-major shape with the given strides (batch
 // counts fit 32 bits: the plan checks; 64-bit division would cost ~100 instructions).
 MLXA_DEVICE long long batch_loc(unsigned i, int nd, const int64_t* shape, const int64_t* str) {
@@ -182,11 +167,121 @@ MLXA_DEVICE long long batch_loc(unsigned i, int nd, const int64_t* shape, const 
 
 MLXA_DEVICE bool aligned(const void* p, int bytes) { return ((unsigned long long)p % (unsigned)bytes) == 0; }
 
-template <typename T, int B, int Mode, int W>
+// sum over one chunk of x times its dequantized values, one term per row r < R: the
+// words wd[r], scale sc[r] and bias bi[r] of each row, x's CV values at xf.
+template <typename T, int B, int Mode, int R>
+MLXA_DEVICE void qmv_chunk(float* acc, const uint32_t (*wd)[Fmt<Mode, B>::CW], const float* sc, const float* bi,
+                           const float* xf, const uint32_t* const* wre, const T* xre) {
+  using F = Fmt<Mode, B>;
+  constexpr int CV = F::CV;
+  if constexpr (F::kBias) {
+    // sum x (s q + b) = s sum x q + b sum x
+    float sx = 0.0f, xs[CV];
+#pragma unroll
+    for (int i = 0; i < CV; ++i) {
+      sx += xf[i];
+      xs[i] = xf[i] * (1.0f / (float)(1u << shift_in_half<B>(i)));
+    }
+    float part[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) part[r] = fmaf(sc[r], affine_dot<B, CV>(wd[r], xs), bi[r] * sx);
+    if (!(fabsf(sx) <= 3.4028234663852886e38f)) {
+      // an infinite or NaN x: MLX multiplies x by each dequantized weight, so inf * 0
+      // never arises from q == 0; take its order of operations for this chunk
+      // (rare: re-read from memory rather than index registers at run time)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float e = 0.0f;
+#pragma unroll 1
+        for (int i = 0; i < CV; ++i)
+          e += (float)widen(xre[i]) * affine_weight(sc[r], F::value(bits_at<B>(wre[r], i)), bi[r]);
+        part[r] = e;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] += part[r];
+  } else {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float d = 0.0f;
+#pragma unroll
+      for (int i = 0; i < CV; ++i) d = fmaf(xf[i], F::value(bits_at<B>(wd[r], i)), d);
+      acc[r] += sc[r] * d;
+    }
+  }
+}
+
+// Where one batch's operands of qmv live.
+template <typename T, typename S>
+struct QmvRows {
+  const uint32_t* w;
+  const S* s;
+  const T* b;
+  const T* x;
+  long long w_row, s_row, b_row;
+  int gshift;
+  bool wvec, xvec;
+};
+
+// U chunks of one lane, c, c + step, ...: every load (words, scales, biases of each of the
+// R rows rn[r], and x) first, then the sums into acc.
+template <typename T, int B, int Mode, int R, int U, typename S>
+MLXA_DEVICE void qmv_steps(float* acc, const QmvRows<T, S>& q, const long long* rn, long long c0, long long step) {
+  using F = Fmt<Mode, B>;
+  constexpr int CV = F::CV, CW = F::CW, XV = 16 / sizeof(T);
+  using Xv = Vec<T, XV>;
+  uint32_t wd[U][R][CW];
+  S sr[U][R];
+  T br[U][R];
+  T xr[U][CV];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const long long c = c0 + u * step, g = (c * CV) >> q.gshift;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      load_words<CW>(wd[u][r], q.w + rn[r] * q.w_row + c * CW, q.wvec);
+      sr[u][r] = q.s[rn[r] * q.s_row + g];
+      if constexpr (F::kBias) br[u][r] = q.b[rn[r] * q.b_row + g];
+    }
+    bool done = false;
+    if constexpr (CV % XV == 0) {
+      if (q.xvec) {
+#pragma unroll
+        for (int j = 0; j < CV / XV; ++j) {
+          const Xv v = ((const Xv*)(q.x + c * CV))[j];
+#pragma unroll
+          for (int t = 0; t < XV; ++t) xr[u][j * XV + t] = v.v[t];
+        }
+        done = true;
+      }
+    }
+    if (!done) {
+#pragma unroll
+      for (int i = 0; i < CV; ++i) xr[u][i] = q.x[c * CV + i];
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const long long c = c0 + u * step;
+    float sc[R], bi[R], xf[CV];
+    const uint32_t* wre[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      sc[r] = F::scale(sr[u][r]);
+      bi[r] = F::kBias ? (float)widen(br[u][r]) : 0.0f;
+      wre[r] = q.w + rn[r] * q.w_row + c * CW;
+    }
+#pragma unroll
+    for (int i = 0; i < CV; ++i) xf[i] = (float)widen(xr[u][i]);
+    qmv_chunk<T, B, Mode, R>(acc, wd[u], sc, bi, xf, wre, q.x + c * CV);
+  }
+}
+
+template <typename T, int B, int Mode, int W, int R = kQmvRows, int U = kQmvSteps>
 MLXA_DEVICE void qmv(const QmvArgs& a) {
   using F = Fmt<Mode, B>;
   using S = scale_t<T, Mode>;
-  constexpr int CV = F::CV, CW = F::CW, R = kQmvRows;
+  constexpr int CV = F::CV, CW = F::CW, XV = 16 / sizeof(T);
   const int lane = wave_lane<W>();
   // blockIdx.x = row block * M + m: the M blocks sharing rows of w run side by side, so
   // the rows they read again come from cache
@@ -196,10 +291,11 @@ MLXA_DEVICE void qmv(const QmvArgs& a) {
   const int ks = a.ksplit, wave = wave_index<W>();
   const int kpart = wave % ks;
   const long long row0 = ((long long)(blockIdx.x / M) * (kQmvWaves / ks) + wave / ks) * R;
-  __shared__ float partial[kQmvWaves][kQmvRows];
+  __shared__ float partial[kQmvWaves][R];
   const long long N = a.n;
   const long long chunks = a.k / CV;
   const int gshift = a.group_shift;
+  const long long step = (long long)W * ks;
   for (long long b = blockIdx.y; b < a.batch; b += gridDim.y) {
     long long xi = b, wi = b;
     if (a.gather) {
@@ -213,98 +309,42 @@ MLXA_DEVICE void qmv(const QmvArgs& a) {
     const S* sb = (const S*)a.scales + batch_loc((unsigned)wi, a.w_nb, a.w_shape, a.s_str);
     const T* bb = F::kBias ? (const T*)a.biases + batch_loc((unsigned)wi, a.w_nb, a.w_shape, a.b_str) : nullptr;
     const bool wvec = a.w_vec && aligned(wb, chunk_align<CW>());
-    const bool xvec = a.x_vec && aligned(xb, 16);
+    const bool xvec = a.x_vec && aligned(xb, 16) && CV % XV == 0;
+    // rows past the end read the last row (valid memory); their sums are never stored
+    long long rn[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) rn[r] = row0 + r < N ? row0 + r : N - 1;
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-    // one chunk per iteration keeps the code small (the body is already R * CV wide)
+    // full groups of U chunks (no bounds checks: the loads stay ahead of the arithmetic),
+    // then the rest one chunk at a time
+    const QmvRows<T, S> rows{wb, sb, bb, xb, a.w_row, a.s_row, a.b_row, gshift, wvec, xvec};
+    long long c = lane + (long long)kpart * W;
 #pragma unroll 1
-    for (long long c = lane + (long long)kpart * W; c < chunks; c += (long long)W * ks) {
-      uint32_t wd[R][CW];
-      float sc[R], bi[R];
-      const long long g = (c * CV) >> gshift;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const long long n = row0 + r;
-        if (n < N) {
-          load_words<CW>(wd[r], wb + n * a.w_row + c * CW, wvec);
-          sc[r] = F::scale(sb[n * a.s_row + g]);
-          bi[r] = F::kBias ? (float)widen(bb[n * a.b_row + g]) : 0.0f;
-        } else {
-#pragma unroll
-          for (int j = 0; j < CW; ++j) wd[r][j] = 0u;
-          sc[r] = 0.0f;
-          bi[r] = 0.0f;
-        }
-      }
-      float xf[CV];
-      load_x<T, CV>(xf, xb + c * CV, xvec);
-      if constexpr (F::kBias) {
-        // sum x (s q + b) = s sum x q + b sum x
-        float sx = 0.0f, xs[CV];
-#pragma unroll
-        for (int i = 0; i < CV; ++i) {
-          sx += xf[i];
-          xs[i] = xf[i] * (1.0f / (float)(1u << shift_in_half<B>(i)));
-        }
-        float part[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) part[r] = fmaf(sc[r], affine_dot<B, CV>(wd[r], xs), bi[r] * sx);
-        if (!(fabsf(sx) <= 3.4028234663852886e38f)) {
-          // an infinite or NaN x: MLX multiplies x by each dequantized weight, so inf * 0
-          // never arises from q == 0; take its order of operations for this chunk
-          // (rare: re-read from memory rather than index registers at run time)
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            const long long n = row0 + r < N ? row0 + r : N - 1;
-            const uint32_t* wr = wb + n * a.w_row + c * CW;
-            float e = 0.0f;
+    for (; c + (U - 1) * step < chunks; c += step * U) qmv_steps<T, B, Mode, R, U>(acc, rows, rn, c, step);
 #pragma unroll 1
-            for (int i = 0; i < CV; ++i)
-              e += (float)widen(xb[c * CV + i]) * affine_weight(sc[r], F::value(bits_at<B>(wr, i)), bi[r]);
-            part[r] = e;
-          }
-        }
-#pragma unroll
-        for (int r = 0; r < R; ++r) acc[r] += part[r];
-      } else {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          float d = 0.0f;
-#pragma unroll
-          for (int i = 0; i < CV; ++i) d = fmaf(xf[i], F::value(bits_at<B>(wd[r], i)), d);
-          acc[r] += sc[r] * d;
-        }
-      }
-    }
+    for (; c < chunks; c += step) qmv_steps<T, B, Mode, R, 1>(acc, rows, rn, c, step);
     float v[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) v[r] = wave_reduce<W>(acc[r], [](float p, float q) { return p + q; });
     if (ks > 1) {
-      if (lane < R) {
+      if (lane == 0) {
 #pragma unroll
-        for (int r = 0; r < R; ++r)
-          if (lane == r) partial[wave][r] = v[r];
+        for (int r = 0; r < R; ++r) partial[wave][r] = v[r];
       }
       sync_block();
-      if (kpart == 0 && lane < R) {
+      if (kpart == 0 && lane == 0) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          if (lane == r) {
-            float t = partial[wave][r];
-            for (int j = 1; j < ks; ++j) t += partial[wave + j][r];
-            v[r] = t;
-          }
-        }
+        for (int r = 0; r < R; ++r)
+          for (int j = 1; j < ks; ++j) v[r] += partial[wave + j][r];
       }
       sync_block();   // partial is reused by the next batch
     }
-    if (kpart == 0) {
+    if (kpart == 0 && lane == 0) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const long long n = row0 + r;
-        if (lane == r && n < N) ((T*)a.out)[(b * M + m) * N + n] = cast<T>(v[r]);
-      }
+      for (int r = 0; r < R; ++r)
+        if (row0 + r < N) ((T*)a.out)[(b * M + m) * N + row0 + r] = cast<T>(v[r]);
     }
   }
 }

@@ -49,7 +49,7 @@ def test_kernel_tables_name_every_planned_kernel():
 
 # --- a numpy model of the plan's steps -----------------------------------------------------
 
-GEMV = struct.Struct("<3Q7q2f")
+GEMV = struct.Struct("<3Q7q2f2i")
 GEMM = struct.Struct("<4Q14q2d")
 
 
@@ -105,7 +105,7 @@ class Machine:
             buf[idx] = g.alpha * (opa @ opb) + g.beta * old
 
     def gemv(self, st):
-        rows, k, ldw, incx, bw, bx, by, alpha, beta = GEMV.unpack(b"\0" * 24 + st.tail)[3:]
+        rows, k, ldw, incx, bw, bx, by, alpha, beta, ks, _ = GEMV.unpack(b"\0" * 24 + st.tail)[3:]
         (wb, wo), (xb, xo), (yb, yo) = (self.ptr(r) for r in st.refs)
         for z in range(st.grid[1]):
             w = wb[wo + z * bw + np.arange(rows)[:, None] * ldw + np.arange(k)[None, :]]
@@ -113,7 +113,7 @@ class Machine:
             idx = yo + z * by + np.arange(rows)
             old = yb[idx] if beta != 0 else 0
             yb[idx] = alpha * (w @ x) + beta * old
-        assert st.grid[0] * mm.GEMV_WAVES >= rows
+        assert ks in (1, 2, 4) and st.grid[0] * (mm.GEMV_WAVES // ks) * mm.GEMV_ROWS >= rows
 
     def gemm_kernel(self, st, ptrs):
         f = GEMM.unpack(b"\0" * 32 + st.tail)[4:]
@@ -303,7 +303,19 @@ def test_gemv_for_decode_shapes_picks_wave_width(monkeypatch):
     node = Node("Matmul", (), (x, w_t), (Layout.row_major((1, 14336), "bfloat16"),))
     (st,) = mm.plan_node(node, Dev()).steps
     assert isinstance(st, Launch) and st.kernel == "gemv_rows_bfloat16_bfloat16_w32"
-    assert st.block == (128, 1, 1) and st.grid == (14336 // 4, 1, 1)
+    # 7168 row groups of 2 rows are enough waves for 132 compute units (24 each): no split
+    assert st.block == (128, 1, 1) and st.grid == (14336 // 8, 1, 1)
+    assert GEMV.unpack(b"\0" * 24 + st.tail)[-2] == 1
+    # few rows (a k/v projection): four waves split k
+    kv = Node("Matmul", (), (x, Layout.strided((4096, 1024), (1, 4096), "bfloat16")),
+              (Layout.row_major((1, 1024), "bfloat16"),))
+    (st,) = mm.plan_node(kv, Dev()).steps
+    assert GEMV.unpack(b"\0" * 24 + st.tail)[-2] == 4 and st.grid == (1024 // 2, 1, 1)
+    # enough rows (the lm head): no split
+    wide = Node("Matmul", (), (x, Layout.strided((4096, 128256), (1, 4096), "bfloat16")),
+                (Layout.row_major((1, 128256), "bfloat16"),))
+    (st,) = mm.plan_node(wide, Dev()).steps
+    assert GEMV.unpack(b"\0" * 24 + st.tail)[-2] == 1 and st.grid == (128256 // 8, 1, 1)
     monkeypatch.setenv("MLX_AMD_WAVE", "64")
     (st,) = mm.plan_node(node, Dev()).steps
     assert st.kernel.endswith("_w64") and st.block == (256, 1, 1)

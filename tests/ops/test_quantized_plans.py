@@ -374,8 +374,10 @@ def test_empty_x_is_planned_without_kernels():
 
 def test_ksplit_for_long_rows():
     dev = Dev()
-    assert Q.qmv_ksplit(14336, 1, 4096 // 32, dev) == 2       # 3584 row groups, 4224 waves wanted
-    assert Q.qmv_ksplit(4096, 1, 14336 // 32, dev) == 4
+    assert Q.qmv_ksplit(14336, 1, 4096 // 32, dev) == 1       # 3584 row groups, 1584 waves wanted
+    assert Q.qmv_ksplit(4096, 1, 14336 // 32, dev) == 2       # 1024 groups
+    assert Q.qmv_ksplit(1024, 1, 4096 // 32, dev) == 4        # 256 groups
+    assert Q.qmv_ksplit(2048, 1, 2048 // 32, dev) == 2        # 64 chunks: two waves of 32 lanes
     assert Q.qmv_ksplit(14336, 8, 4096 // 32, dev) == 1
     assert Q.qmv_ksplit(64, 1, 128 // 32, dev) == 1             # short rows: no idle waves
     wq, sc, bi = quantized((16, 8192), 64, 4, "affine")

@@ -22,6 +22,8 @@ struct GemvArgs {
   int64_t batch_y;
   float alpha;
   float beta;
+  int32_t ksplit;    // waves of a block sharing one row group, each over a slice of k (1, 2 or 4)
+  int32_t pad;
 };
 
 }  // extern "C"

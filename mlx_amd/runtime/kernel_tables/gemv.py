@@ -1,9 +1,8 @@
-"""gemv family (hip_kernels/gemv.hip): one wave per output row, both wave widths.
+"""gemv family (hip_kernels/gemv.hip): four rows per wave, both wave widths.
 Names: gemv_rows_<dtype>_<dtype>_w32 / _w64. Standard library only (loaded by path)."""
 
 DTYPES = ("float32", "float16", "bfloat16")
 WAVES = (32, 64)
-ROWS_PER_BLOCK = 4     # mlxa::kGemvWaves
 
 
 def name(kt, dtype, wave):

@@ -30,7 +30,7 @@ import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import HostCall, Layout, Memset, Plan, inp, out, tmp, wave_width
+from ..plan import HostCall, Layout, Memset, Plan, inp, ksplit, out, tmp, wave_width
 from . import copy as copy_family
 from . import elementwise as ew
 
@@ -46,18 +46,19 @@ ITEM = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "complex64": 8}
 MAX_LIB_JOBS = 64        # separate library calls per node before copying instead
 MAX_KERNEL_JOBS = 4096   # launches of the portable kernel per node
 GRID_Z = 65535
-GEMV_WAVES = 4           # rows per gemv block (mlxa::kGemvWaves)
+GEMV_WAVES = 4           # waves per gemv block (mlxa::kGemvWaves)
+GEMV_ROWS = 2            # rows per gemv wave (mlxa::kGemvRows)
 TILE = 64                # mlxa::kTileM == kTileN
 GEMM_THREADS = 256
 
 # ---- argument structs (gemv_args.h, gemm_args.h) ----------------------------------
-_GEMV_TAIL = struct.Struct("<7q2f")      # after the 3 pointers
+_GEMV_TAIL = struct.Struct("<7q2f2i")    # after the 3 pointers
 _GEMM_TAIL = struct.Struct("<14q2d")     # after the 4 pointers
 ARG_STRUCTS = {"GemvArgs": (3, 3 * 8 + _GEMV_TAIL.size), "GemmArgs": (4, 4 * 8 + _GEMM_TAIL.size)}
 
 
-def gemv_tail(rows, k, ldw, incx, bw, bx, by, alpha=1.0, beta=0.0) -> bytes:
-    return _GEMV_TAIL.pack(rows, k, ldw, incx, bw, bx, by, alpha, beta)
+def gemv_tail(rows, k, ldw, incx, bw, bx, by, alpha=1.0, beta=0.0, ksplit=1) -> bytes:
+    return _GEMV_TAIL.pack(rows, k, ldw, incx, bw, bx, by, alpha, beta, ksplit, 0)
 
 
 def gemm_tail(m, n, k, a_rs, a_cs, b_rs, b_cs, a_bs, b_bs, d_bs, c_rs, c_cs, c_bs, ldd,
@@ -248,13 +249,14 @@ def _gemv(dt, M, N, K, A: Operand, B: Operand, bshape, device, alpha, beta):
     if len(shape) > 1 or (shape and shape[0] > GRID_Z):
         return None
     batch = shape[0] if shape else 1
-    grid_x = -(-rows // GEMV_WAVES)
+    ks = ksplit(-(-rows // GEMV_ROWS) * batch, K * ITEM[dt] // 16, device, GEMV_WAVES, per_cu=24)
+    grid_x = -(-rows // (GEMV_WAVES // ks * GEMV_ROWS))
     if grid_x >= 2**31:
         return None
     W = wave_width(device)
     name = kt.table("gemv").name(kt, dt, W)
     tail = gemv_tail(rows, K, ldw, incx, wb[0] if shape else 0, xb[0] if shape else 0,
-                     db[0] if shape else 0, alpha, beta)
+                     db[0] if shape else 0, alpha, beta, ks)
     return Launch(GEMV_FAMILY, name, (grid_x, batch, 1), (GEMV_WAVES * W, 1, 1), 0, 3, tail, (w.ref, x.ref, out(0)))
 
 

@@ -31,7 +31,7 @@ import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import HostCall, Layout, Memset, Plan, default_refs, inp, out, tmp, wave_width
+from ..plan import HostCall, Layout, Memset, Plan, default_refs, inp, ksplit, out, tmp, wave_width
 from . import copy as copy_family
 from . import elementwise as ew
 
@@ -262,14 +262,9 @@ def _qmv_launch(p: Problem, device, x: Layout, x_ref, out_batch, x_batch, x_bstr
 
 
 def qmv_ksplit(rows, row_sets, chunks, device) -> int:
-    """Waves per row group: the smallest split of k (1, 2, 4) that gives about 32 waves per
-    compute unit, while each wave keeps at least one chunk per lane of a 64-wide wave."""
-    target = max(1, int(getattr(device, "compute_units", 1) or 1)) * 32
-    groups = -(-rows // QMV_ROWS) * row_sets
-    ks = 1
-    while ks < QMV_WAVES and groups * ks < target and chunks >= 2 * ks * 64:
-        ks *= 2
-    return ks
+    """Waves per row group (plan.ksplit over chunks of k; about 12 waves per compute unit:
+    the kernel's registers allow ~16 resident)."""
+    return ksplit(-(-rows // QMV_ROWS) * row_sets, chunks, device, QMV_WAVES, per_cu=12)
 
 
 def _prepare_x(p: Problem, device, temps: list, steps: list):
