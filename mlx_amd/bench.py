@@ -104,11 +104,18 @@ class Bench:
         ev = self.rt.evaluator
         return self.rt.residency.device_ptr(inf[0], inf[1], inf[5], ev.stream) + inf[2]
 
+    SPIN_CYCLES = 400_000   # ~0.2 ms of GPU clock: longer than the host takes to queue a plan
+
     def time_node(self, family, prim, params, ins, out_shapes, out_dtypes):
         """Median ms of one node's plan on the evaluator's stream, device events around it:
         the kernels (and library calls) alone, on resident inputs ``ins`` (mx arrays, any
-        layout) and fresh outputs. Plans exactly as the evaluator does."""
-        from mlx_amd.runtime.plan import ITEMSIZE, Layout, Node
+        layout) and fresh outputs. Plans exactly as the evaluator does. Each timed run is
+        queued behind a spin kernel, so the events see the GPU's time, not the host's
+        launch latency (which would add ~5-10 us to every short kernel)."""
+        import struct
+
+        from mlx_amd.runtime.launch import Launch
+        from mlx_amd.runtime.plan import ITEMSIZE, Layout, Node, Plan
 
         lays = []
         for a in ins:
@@ -129,10 +136,13 @@ class Bench:
         e0, e1 = drv.event_create(), drv.event_create()
         try:
             run = lambda: ev.run_plan(plan, in_ptrs, [b.data for b in blocks])  # noqa: E731
+            spin = Plan((Launch("smoke", "smoke_spin", (1, 1, 1), (1, 1, 1), 0, 0,
+                                struct.pack("<q", self.SPIN_CYCLES), refs=()),))
             for _ in range(3):
                 run()
             ts = []
             for _ in range(self.reps):
+                ev.run_plan(spin, [], [])
                 drv.event_record(e0, stream)
                 run()
                 drv.event_record(e1, stream)
@@ -145,7 +155,8 @@ class Bench:
         return statistics.median(ts)
 
     def time_torch(self, fn, warmup: int = 3):
-        """Median ms of a PyTorch CUDA callable with CUDA events, or None without torch."""
+        """Median ms of a PyTorch CUDA callable with CUDA events (queued behind a spin, like
+        time_node), or None without torch."""
         try:
             import torch
 
@@ -158,6 +169,7 @@ class Bench:
             fn()
         ts = []
         for _ in range(self.reps):
+            torch.cuda._sleep(self.SPIN_CYCLES)   # as time_node: the GPU's time, not the launch's
             s.record()
             fn()
             e.record()

@@ -166,7 +166,7 @@ def copy_kernel_dtypes(src: str, dst: str):
     return src, dst
 
 
-SMOKE_KERNELS = ("smoke_axpy_float32",)   # written out in smoke.hip; no generated variants
+SMOKE_KERNELS = ("smoke_axpy_float32", "smoke_spin")   # written out in smoke.hip; no generated variants
 
 
 _TABLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_tables")

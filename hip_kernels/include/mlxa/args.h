@@ -17,6 +17,11 @@ struct SmokeArgs {
   long long n;
 };
 
+// smoke_spin: busy-wait about this many GPU clock ticks
+struct SpinArgs {
+  int64_t cycles;
+};
+
 // unary and copy, contiguous input
 struct UnaryVArgs {
   const void* in;
