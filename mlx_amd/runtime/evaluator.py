@@ -141,10 +141,11 @@ class Evaluator:
         ``MLX_AMD_GRAPHS``: auto (default) and 0: eager launches; 1: graphs (on HIP only once
         ``graph_selftest`` found them equal to eager: ROCm had graph bugs that give wrong
         results, hip#3887 / clr#138); test: the self-test decides, on any driver.
-        Eager is the default because it measured faster for decode on the H200: a graph is
-        launched once its replay has collected every launch, so the GPU starts a step later,
-        and a read of the step's token then waits for the whole stream (docs/architecture.md,
-        "Graphs")."""
+        Eager is the default: in a synthetic pipelined decode loop (tools/decode_timeline.py)
+        it measured as fast or faster, since a graph is launched once its replay has
+        collected every launch. mlx-lm's own loop measured graphs faster in session 5 (see
+        benchmarks/results/decode_graphs_order-h200.txt); switching the default waits for
+        a full GPU-suite run under it (docs/architecture.md, "Graphs")."""
         mode = os.environ.get("MLX_AMD_GRAPHS", "auto").strip().lower()
         if mode not in ("0", "1", "auto", "test"):
             raise ValueError(f"MLX_AMD_GRAPHS={mode!r}: expected 0, 1, auto or test")
@@ -437,23 +438,37 @@ class Evaluator:
         """Evaluate g through a recorded program. Nodes that differ from the recording run
         through ``_node``, one at a time."""
         res, stream, prog = self.residency, self.stream, known.program
-        leaf_dev, small, rest = {}, [], []
-        tracked = res.is_tracked
-        for slot, key, host, nbytes, token, ndim, size in g.leaves():
+        leaf_dev, small, rest, cache = {}, [], [], []
+        recs = res._recs
+        # the program's native leaf cache holds the resident leaves (weights, caches) of
+        # earlier replays: drop what went stale since, then only the others come back here
+        known.leaf_seen = res.sync_leaf_cache(prog, known.leaf_seen)
+        # one pass; a resident, current leaf costs one lookup (and is cached for the next
+        # replay), the rest are uploaded below
+        for slot, key, host, nbytes, token, ndim, size in g.leaves(prog):
             if key in leaf_dev:
                 continue
-            leaf_dev[key] = None
-            if token == -1 and not tracked(key):
+            rec = recs.get(key)
+            if rec is not None:
+                if rec.dev_valid and (rec.ours or (rec.host_ptr == host and rec.nbytes == nbytes)):
+                    leaf_dev[key] = rec.dev_ptr
+                    cache.append((key, host, nbytes, rec.dev_ptr))
+                    continue
+            elif token == -1:
                 g.watch(slot)  # MLX-owned: the bridge tells us when its host buffer dies
                 if ndim <= 1 and size <= 64 and nbytes <= SMALL_LEAF:
+                    leaf_dev[key] = None
                     small.append((key, host, nbytes))
                     continue
+            leaf_dev[key] = None
             rest.append((key, host, nbytes))
         if small:
             res.upload_small(small, stream)
             rest += small
         for (key, _, _), dev in zip(rest, res.device_ptrs(rest, stream)):
             leaf_dev[key] = dev
+        if cache:
+            prog.cache_leaves(cache)
         arena = res.device_pool.alloc(prog.arena_bytes) if prog.arena_bytes else None
         written_fn = res.written
         metas = _Metas(g)
@@ -668,16 +683,17 @@ class Evaluator:
 
 
 class _Program:
-    __slots__ = ("program", "kinds", "counts")
+    __slots__ = ("program", "kinds", "counts", "leaf_seen")
 
-    def __init__(self, program, kinds):
+    def __init__(self, program, kinds, leaf_seen=0):
         self.program, self.kinds = program, kinds
+        self.leaf_seen = leaf_seen     # residency's invalidation log position it has applied
         # what a replay adds to the statistics (nodes handed back to Python count there)
         self.counts = tuple(collections.Counter(nk for nk in kinds if nk[1] != "python").items())
 
     def refresh(self):
         """After nodes were recorded again: their kinds may have changed."""
-        self.__init__(self.program, self.program.kinds())
+        self.__init__(self.program, self.program.kinds(), self.leaf_seen)
 
 
 class _Metas:

@@ -39,6 +39,7 @@ HEADER = 8   # MLX's size header right before the data: key = data - 8
 MODES = ("unified", "discrete")
 SMALL_UPLOAD = 4096          # bytes: uploads up to this size are staged (see _staged)
 STAGE_BYTES = 1 << 20
+INVAL_LOG = 1 << 16          # invalidated keys kept for replay programs' leaf caches
 
 
 class _Slab:
@@ -111,6 +112,11 @@ class Residency:
             self.host_pool = HostPool(driver)
             self.device_pool = DevicePool(driver)
         self._recs: dict[int, _Rec] = {}
+        # keys whose device copy went away or went stale, in order: replay programs cache
+        # leaf addresses natively and forget these (sync_leaf_cache); _inval_base is the
+        # log position of _inval[0]
+        self._inval: list = []
+        self._inval_base = 0
         # a replay's fresh output buffers, native until adopted (adopt)
         self.outputs = _bridge.Outputs(self.host_pool.core, self.device_pool.core)
         self._dirty: set[int] = set()      # keys whose device copy is newer somewhere
@@ -189,6 +195,7 @@ class Residency:
                 unknown.append(t)
                 continue
             del recs[t]
+            self._invalidate(t)
             self._dirty.discard(t)
             self.host_pool.free(rec.host)
             if rec.dev is not None:
@@ -275,6 +282,7 @@ class Residency:
             self._dirty.discard(key)
             if not rec.shared:
                 rec.dev_valid = False
+                self._invalidate(key)
 
     def _download(self, rec: _Rec, stream) -> int:
         """Queue the D2H copy of the stale range; returns bytes copied."""
@@ -318,7 +326,27 @@ class Residency:
         return n
 
     # --- MLX-owned buffers ---------------------------------------------------------------
+    def _invalidate(self, key: int) -> None:
+        self._inval.append(key)
+        if len(self._inval) > INVAL_LOG:          # programs that fell behind clear instead
+            half = len(self._inval) // 2
+            del self._inval[:half]
+            self._inval_base += half
+
+    def sync_leaf_cache(self, program, seen: int) -> int:
+        """Make a replay program's native leaf cache forget every key invalidated since log
+        position ``seen`` (all of them if the log moved past it); returns the new position."""
+        end = self._inval_base + len(self._inval)
+        if seen == end:
+            return end
+        if seen < self._inval_base:
+            program.clear_leaves()
+        else:
+            program.forget_leaves(self._inval[seen - self._inval_base:])
+        return end
+
     def _drop(self, rec: _Rec) -> None:
+        self._invalidate(rec.key)
         del self._recs[rec.key]
         self._dirty.discard(rec.key)
         dev = rec.dev

@@ -40,7 +40,9 @@ class Graph {
 
   // replay.cpp: recording and replaying a Program
   void record(Program& prog, int64_t node, int kind);
-  nb::list leaves();
+  // leaves with data; with a program, only those its leaf cache does not hold (the
+  // cached ones are kept for the next replay)
+  nb::list leaves(Program* prog);
   nb::tuple replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
                    uintptr_t arena, uintptr_t entry, intptr_t param_end,
                    uintptr_t stream, nb::callable node_cb,
@@ -63,6 +65,8 @@ class Graph {
     bool finished = false;
     bool detached = false;
   };
+
+  std::vector<std::pair<uintptr_t, uintptr_t>> cached_dev_;   // leaves(prog) hits: (key, device)
 
   uint32_t add_slot(const mx::array& a, int32_t producer);
   void build_tables();

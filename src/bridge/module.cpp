@@ -105,8 +105,10 @@ NB_MODULE(_bridge, m) {
       .def("record", &Graph::record, "program"_a, "node"_a, "kind"_a,
            "snapshot node's primitive and input layouts into the program "
            "(kind 0 Python, 1 view, 2 GPU); before finish()")
-      .def("leaves", &Graph::leaves,
-           "[(slot, key, host_ptr, buffer_nbytes, token, ndim, size)] per leaf with data")
+      .def("leaves", &Graph::leaves, "program"_a.none() = nb::none(),
+           "[(slot, key, host_ptr, buffer_nbytes, token, ndim, size)] per leaf with data; "
+           "with a program, only the leaves its leaf cache does not hold (replay() adds "
+           "the cached ones' device addresses)")
       .def("replay", &Graph::replay, "program"_a, "leaf_dev"_a, "outputs"_a,
            "arena"_a, "entry"_a, "param_end"_a, "stream"_a, "node_cb"_a,
            "error_cb"_a, "graphs"_a = false,
@@ -124,6 +126,11 @@ NB_MODULE(_bridge, m) {
            "donate"_a, "written"_a, "steps"_a, "temp_bytes"_a,
            "rebind"_a = nb::none())
       .def("kinds", &mlx_amd::Program::kinds)
+      .def("cache_leaves", &mlx_amd::Program::cache_leaves, "entries"_a,
+           "remember [(key, host_ptr, buffer_nbytes, device_ptr)] of resident leaves")
+      .def("forget_leaves", &mlx_amd::Program::forget_leaves, "keys"_a)
+      .def("clear_leaves", &mlx_amd::Program::clear_leaves)
+      .def_prop_ro("cached_leaves", &mlx_amd::Program::cached_leaves)
       .def("release_graph", [](mlx_amd::Program& p) { p.graph().release(); },
            "destroy its CUDA/HIP graph now (the program stays usable)")
       .def_prop_ro("has_graph", [](mlx_amd::Program& p) { return p.graph().exec != 0; })

@@ -181,9 +181,10 @@ void Graph::record(Program& prog, int64_t n, int kind) {
   pn.out_nbytes.assign(node.outputs.size(), 0);
 }
 
-nb::list Graph::leaves() {
+nb::list Graph::leaves(Program* prog) {
   // (slot, key, host data pointer, buffer bytes, token, ndim, size) per leaf
   nb::list out;
+  cached_dev_.clear();
   for (size_t s = 0; s < slots_.size(); ++s) {
     auto& sl = slots_[s];
     if (sl.producer >= 0 || !sl.arr) continue;
@@ -191,10 +192,28 @@ nb::list Graph::leaves() {
     auto buf = a.buffer();
     uintptr_t key = reinterpret_cast<uintptr_t>(buf.ptr());
     if (!a.data_shared_ptr() || !key) continue;
-    out.append(nb::make_tuple(s, key, reinterpret_cast<uintptr_t>(buf.raw_ptr()),
-                              a.buffer_size(), token_of(buf), a.ndim(), a.size()));
+    uintptr_t host = reinterpret_cast<uintptr_t>(buf.raw_ptr());
+    if (prog != nullptr) {
+      if (const auto* hit = prog->cached_leaf(key, host, a.buffer_size())) {
+        cached_dev_.emplace_back(key, hit->dev);
+        continue;
+      }
+    }
+    out.append(nb::make_tuple(s, key, host, a.buffer_size(), token_of(buf), a.ndim(), a.size()));
   }
   return out;
+}
+
+void Program::cache_leaves(nb::list entries) {
+  for (auto e : entries) {
+    auto t = nb::cast<nb::tuple>(e);
+    leaves_[nb::cast<uintptr_t>(t[0])] =
+        Leaf{nb::cast<uintptr_t>(t[1]), nb::cast<size_t>(t[2]), nb::cast<uintptr_t>(t[3])};
+  }
+}
+
+void Program::forget_leaves(nb::list keys) {
+  for (auto k : keys) leaves_.erase(nb::cast<uintptr_t>(k));
 }
 
 nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
@@ -208,6 +227,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
   std::unordered_map<uintptr_t, uintptr_t> dev;
   dev.reserve(leaf_dev.size() + 2 * nodes_.size());
   for (auto [k, v] : leaf_dev) dev.emplace(nb::cast<uintptr_t>(k), nb::cast<uintptr_t>(v));
+  for (auto [k, v] : cached_dev_) dev.emplace(k, v);   // leaves(prog) found these cached
   nb::list written, python_nodes;
   auto launch = reinterpret_cast<LaunchFn>(entry);
   struct Rebound { unsigned grid[3]; std::string tail; };

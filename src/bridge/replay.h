@@ -13,6 +13,7 @@
 #pragma once
 
 #include <typeinfo>
+#include <unordered_map>
 
 #include "bridge.h"
 #include "graphexec.h"
@@ -79,11 +80,31 @@ class Program {
   PNode& at(int64_t n, const char* what);
   GraphState& graph() { return graph_; }
 
+  // Device addresses of the resident leaves (weights, caches) Python resolved at
+  // earlier replays, so a replay resolves only the others: key -> (host data pointer,
+  // buffer bytes, device address). Python forgets every key whose device copy went away or
+  // went stale (runtime/residency.py keeps the log), before each replay.
+  struct Leaf {
+    uintptr_t host;
+    size_t nbytes;
+    uintptr_t dev;
+  };
+  void cache_leaves(nb::list entries);   // [(key, host, nbytes, dev)]
+  void forget_leaves(nb::list keys);
+  void clear_leaves() { leaves_.clear(); }
+  size_t cached_leaves() const { return leaves_.size(); }
+  const Leaf* cached_leaf(uintptr_t key, uintptr_t host, size_t nbytes) const {
+    auto it = leaves_.find(key);
+    return it != leaves_.end() && it->second.host == host && it->second.nbytes == nbytes ? &it->second
+                                                                                            : nullptr;
+  }
+
  private:
   uint64_t fingerprint_;
   std::vector<PNode> nodes_;
   size_t arena_ = 0;
   GraphState graph_;   // its launches as one CUDA/HIP graph (graphexec.h)
+  std::unordered_map<uintptr_t, Leaf> leaves_;
 };
 
 }  // namespace mlx_amd

@@ -73,6 +73,38 @@ def test_steps_recycle_natively_and_do_not_leak(null_runtime):
     assert res.device_pool.get_active_memory() <= before
 
 
+def test_replays_resolve_resident_leaves_from_the_program_cache(null_runtime, monkeypatch):
+    ev, res = null_runtime.evaluator, null_runtime.residency
+    x = mx.array(np.ones((8, 64), np.float32))
+    c = mx.array(np.float32(1.5))
+    ev.eval([x, c])
+    seen = []
+    from mlx_amd import _bridge
+
+    orig = _bridge.Graph.leaves
+
+    def leaves(g, program=None):
+        out = orig(g, program)
+        seen.append((program is not None, len(out), len(orig(g, None))))
+        return out
+
+    monkeypatch.setattr(_bridge.Graph, "leaves", leaves)
+    for _ in range(6):
+        ev.eval(list(step(x, c)))
+    replayed = [s for s in seen if s[0]]
+    assert len(replayed) >= 3
+    # from the second replay on, x and c come from the cache: Python sees only the twelve
+    # fresh 0.5 scalars each step makes
+    assert [all_ - back for _, back, all_ in replayed[1:]] == [2] * (len(replayed) - 1), replayed
+    # c dies: its key leaves every program's cache before the next replay
+    key_c = bridge_key(c)
+    del c
+    mx.eval(x)                     # an evaluation drains the expiry
+    c = mx.array(np.float32(2.5))
+    ev.eval(list(step(x, c)))
+    assert key_c in res._inval and seen[-1][2] - seen[-1][1] == 1    # x still cached, c new
+
+
 def bridge_key(a):
     from mlx_amd.runtime import bridge
 

@@ -208,3 +208,25 @@ def test_graph_launches_replace_kernel_launches(gpu_runtime, launch_mode):
     else:
         assert s1["launches"] == s0["launches"]
 
+
+
+def test_leaf_cache_never_serves_a_dead_buffer(gpu_runtime):
+    # each step's weights are a fresh MLX-owned host array: numpy's allocator and MLX's
+    # reuse the addresses the previous step's freed, so a cached device address that
+    # outlived its buffer would feed last step's weights to this step's replay
+    ev = gpu_runtime.evaluator
+    rng = np.random.default_rng(5)
+    x = mx.array(rng.standard_normal((4, 64)).astype(np.float32))
+    r0 = ev.replays
+    for k in range(12):
+        w = mx.array(rng.standard_normal((64, 64)).astype(np.float32))
+        want = np.array(x) @ np.array(w) + k
+        got = np.array(x @ w + k)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        del w
+    assert ev.replays - r0 >= 8
+    # a weight that stays alive is resolved from the cache
+    w = mx.array(rng.standard_normal((64, 64)).astype(np.float32))
+    for k in range(4):
+        np.testing.assert_allclose(np.array(x @ w + k), np.array(x) @ np.array(w) + k, rtol=1e-4, atol=1e-4)
+    assert max(p.program.cached_leaves for p in ev.programs.values()) >= 1

@@ -189,6 +189,46 @@ def test_freed_returns_blocks_for_reuse(res, drv):
     assert res.stats()["resident_buffers"] == 1
 
 
+class _LeafCache:
+    """Stands in for a replay program's native leaf cache (src/bridge/replay.h)."""
+
+    def __init__(self):
+        self.forgotten, self.cleared = [], 0
+
+    def forget_leaves(self, keys):
+        self.forgotten += list(keys)
+
+    def clear_leaves(self):
+        self.cleared += 1
+
+
+def test_every_way_a_device_copy_goes_stale_reaches_the_leaf_caches(res, monkeypatch):
+    prog, seen = _LeafCache(), 0
+    a, key, ptr = mlx_owned(3000)
+    b, key_b, ptr_b = mlx_owned(100, seed=3)
+    res.device_ptr(key, ptr, 3000)
+    res.device_ptr(key_b, ptr_b, 100)
+    token, host, dev = res.new_buffer(64)
+    seen = res.sync_leaf_cache(prog, seen)
+    assert prog.forgotten == [] and prog.cleared == 0
+    res.expired([key])                    # MLX dropped the buffer
+    res.host_written(key_b)               # the CPU fallback wrote it
+    res.freed([token])                    # one of ours died
+    res.device_ptr(key_b, ptr_b, 50)      # its address reused at another size: dropped
+    seen = res.sync_leaf_cache(prog, seen)
+    assert prog.forgotten == [key, key_b, token, key_b]
+    assert res.sync_leaf_cache(prog, seen) == seen and len(prog.forgotten) == 4
+    # a program that fell behind a trimmed log forgets everything
+    from mlx_amd.runtime import residency as R
+
+    monkeypatch.setattr(R, "INVAL_LOG", 4)
+    late = _LeafCache()
+    for i in range(6):
+        t, _, _ = res.new_buffer(64)
+        res.freed([t])
+    assert res.sync_leaf_cache(late, 0) == res.sync_leaf_cache(prog, seen) and late.cleared == 1
+
+
 def test_bad_calls_are_clear_errors(res):
     t, h, d = res.new_buffer(100)
     with pytest.raises(KeyError, match="not tracked"):
