@@ -31,10 +31,20 @@ def main():
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--plain", action="store_true", help="plain MLX (no mlx-amd), for reference")
     ap.add_argument("--ncu-step", action="store_true")
+    ap.add_argument("--null", action="store_true",
+                    help="no GPU: the host driver with no-op kernels (tools/profile_engine.py); "
+                         "host phases only, results are garbage")
     ap.add_argument("--modes", default="",
                     help="comma list of eager|graphs[+stream|+arrays] (launches, and what a read "
                          "waits for: evaluator.eval_wait), run in turn on one model (mlx-amd only)")
     a = ap.parse_args()
+    if a.null:
+        import sys
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from profile_engine import make_runtime
+
+        make_runtime()
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
