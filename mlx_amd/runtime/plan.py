@@ -210,3 +210,32 @@ def wave_width(device) -> int:
         raise ValueError(f"MLX_AMD_WAVE={w} is narrower than the device's wave ({device.wave_size}): "
                          "only wider waves can be emulated")
     return w
+
+
+def embed(sub: Optional[Plan], mapping: dict, temp_slot: Callable[[int, int], int], n_ins: int) -> Optional[list]:
+    """Another family's plan as steps of ours (the GEMM inside SDPA, convolution, masked
+    matmuls): its inputs and outputs redirected through ``mapping`` {(kind, index): our
+    Ref} (offsets add), its temporary i to our temporary ``temp_slot(i, nbytes)``. None
+    when the sub-plan needs what steps alone cannot carry (donation, init steps, written
+    ranges) or has a step of another kind."""
+    if sub is None or sub.donate or sub.init or sub.written is not None:
+        return None
+
+    def ref(r: Ref) -> Ref:
+        if r.kind == "t":
+            return tmp(temp_slot(r.index, sub.temps[r.index]), r.offset)
+        base = mapping[(r.kind, r.index)]
+        return base._replace(offset=base.offset + r.offset)
+
+    steps = []
+    for s in sub.steps:
+        if isinstance(s, Launch):
+            refs = s.refs if s.refs is not None else default_refs(n_ins)
+            steps.append(dataclasses.replace(s, refs=tuple(ref(r) for r in refs)))
+        elif isinstance(s, HostCall):
+            steps.append(dataclasses.replace(s, refs=tuple(ref(r) for r in s.refs)))
+        elif isinstance(s, Memset):
+            steps.append(dataclasses.replace(s, ref=ref(s.ref)))
+        else:
+            return None
+    return steps

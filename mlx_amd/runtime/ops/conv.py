@@ -31,7 +31,7 @@ import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import HostCall, Layout, Memset, Node, Plan, Ref, inp, out as out_ref, tmp
+from ..plan import Layout, Memset, Node, Plan, embed, inp, out as out_ref, tmp
 from . import copy as copy_family
 from . import matmul
 
@@ -124,37 +124,17 @@ def geometry(node):
                     tuple(_pad(kdil, 1)), tuple(_pad(idil, 1)), bool(flip))
 
 
-# ---- remapping a matmul plan onto our buffers -------------------------------------------
-def _remap_ref(r: Ref, a_ref: Ref, b_ref: Ref, d_ref: Ref, t_base: int) -> Ref:
-    if r.kind == "i":
-        base = (a_ref, b_ref)[r.index]
-        return base._replace(offset=base.offset + r.offset)
-    if r.kind == "o":
-        return d_ref._replace(offset=d_ref.offset + r.offset)
-    return tmp(t_base + r.index, r.offset)
-
-
+# ---- a matmul plan on our buffers -----------------------------------------------------------
 def _gemm_steps(A: Layout, B: Layout, D: Layout, a_ref, b_ref, d_ref, temps: list, device):
     """The matmul family's steps for D = A @ B on our buffers (its temporaries appended
     to ``temps``), or None."""
     plan = matmul.plan_node(Node("Matmul", (), (A, B), (D,)), device)
-    if plan is None or plan.init or plan.donate:
+    if plan is None:
         return None
     base = len(temps)
-    temps.extend(plan.temps)
-    m = lambda r: _remap_ref(r, a_ref, b_ref, d_ref, base)  # noqa: E731
-    steps = []
-    for st in plan.steps:
-        if isinstance(st, Launch):
-            if st.refs is None:        # the matmul family always names its buffers
-                return None
-            steps.append(dataclasses.replace(st, refs=tuple(m(r) for r in st.refs)))
-        elif isinstance(st, Memset):
-            steps.append(dataclasses.replace(st, ref=m(st.ref)))
-        elif isinstance(st, HostCall):
-            steps.append(dataclasses.replace(st, refs=tuple(m(r) for r in st.refs)))
-        else:
-            return None
+    steps = embed(plan, {("i", 0): a_ref, ("i", 1): b_ref, ("o", 0): d_ref}, lambda i, n: base + i, 2)
+    if steps is not None:
+        temps.extend(plan.temps)
     return steps
 
 

@@ -34,7 +34,7 @@ import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import HostCall, Layout, Memset, Node, Plan, Ref, inp, out, tmp, wave_width
+from ..plan import Layout, Memset, Node, Plan, Ref, embed, inp, out, tmp, wave_width
 from . import copy as copy_family
 from . import matmul as matmul_family
 
@@ -318,31 +318,6 @@ class _Temps:
         return j
 
 
-def _remap_ref(r: Ref, mapping: dict, temps: _Temps, sub_sizes) -> Ref:
-    if r.kind == "t":
-        return tmp(temps.sub_slot(r.index, sub_sizes[r.index]), r.offset)
-    base = mapping[(r.kind, r.index)]
-    return base._replace(offset=base.offset + r.offset)
-
-
-def _remap_plan(sub: Plan, mapping: dict, temps: _Temps, n_in: int) -> list | None:
-    """The sub-plan's steps with its inputs/output/temps redirected to ours."""
-    if sub is None or sub.donate or sub.init or sub.written is not None:
-        return None
-    steps = []
-    for s in sub.steps:
-        if isinstance(s, Launch):
-            refs = s.refs if s.refs is not None else tuple(inp(i) for i in range(n_in)) + (out(0),)
-            steps.append(dataclasses.replace(s, refs=tuple(_remap_ref(r, mapping, temps, sub.temps) for r in refs)))
-        elif isinstance(s, HostCall):
-            steps.append(dataclasses.replace(s, refs=tuple(_remap_ref(r, mapping, temps, sub.temps) for r in s.refs)))
-        elif isinstance(s, Memset):
-            steps.append(dataclasses.replace(s, ref=_remap_ref(s.ref, mapping, temps, sub.temps)))
-        else:
-            return None
-    return steps
-
-
 def _gemm(a: Layout, b: Layout, a_ref: Ref, b_ref: Ref, d_ref: Ref, alpha: float, dt: str, device,
           temps: _Temps) -> list | None:
     """D = alpha * A B (4-d, batch dims equal) written row-contiguous at d_ref, through the
@@ -350,7 +325,7 @@ def _gemm(a: Layout, b: Layout, a_ref: Ref, b_ref: Ref, d_ref: Ref, alpha: float
     o = Layout.row_major(a.shape[:-1] + (b.shape[-1],), dt)
     sub = matmul_family.plan_node(Node("AddMM", (float(alpha), 0.0), (a, b, o), (o,)), device)
     mapping = {("i", 0): a_ref, ("i", 1): b_ref, ("i", 2): d_ref, ("o", 0): d_ref}
-    return _remap_plan(sub, mapping, temps, 3)
+    return embed(sub, mapping, temps.sub_slot, 3)
 
 
 def chunk_rows(p: Problem) -> int:
