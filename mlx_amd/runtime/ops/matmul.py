@@ -17,7 +17,7 @@ the problem at run time (not installed, no kernel for the type/arch), those run.
 ``MLX_AMD_GEMM=kernel`` plans the portable kernel directly (the GPU suite checks it
 that way); ``MLX_AMD_GEMM=blas`` skips the gemv kernel.
 
-Not covered (MLX's CPU fallback): GatherMM, BlockMaskedMM and SegmentedMM; AddMM with
+Not covered here: GatherMM (gather_mm.py), BlockMaskedMM and SegmentedMM (masked_mm.py); AddMM with
 K == 0; integer dtypes (MLX refuses them too).
 """
 
@@ -199,7 +199,7 @@ def _c_init(node, device):
     return dataclasses.replace(lau, refs=(inp(2), out(0)))
 
 
-def _kernel_launches(dt, M, N, K, A: Operand, B: Operand, C, bshape, alpha, beta, relative=False):
+def kernel_launches(dt, M, N, K, A: Operand, B: Operand, C, bshape, alpha, beta, relative=False):
     """The portable kernel over any strides: list of (Launch, (A, B, C, D) byte offsets).
     ``C`` is (ref, rs, cs, bs) of the beta term or None. ``relative``: offsets are
     returned instead of being folded into the launches' refs (the HostCall fallback)."""
@@ -285,7 +285,7 @@ def _blas_plan(dt, M, N, K, A: Operand, B: Operand, bshape, alpha, beta, steps, 
              lda=lb[1], ldb=la[1], ldc=N, batch=inner, stride_a=ib, stride_b=ia, stride_c=id_,
              alpha=alpha, beta=beta)
     job_offs = tuple((isz * ja, isz * jb, isz * jd) for ja, jb, jd in jobs)
-    fb = _kernel_launches(dt, M, N, K, A, B, None, bshape, alpha, beta, relative=True)
+    fb = kernel_launches(dt, M, N, K, A, B, None, bshape, alpha, beta, relative=True)
     if fb is None:
         return None
     # the kernel's beta term is D itself (AddMM copied c there): its C offset is D's
@@ -317,14 +317,14 @@ def plan_node(node, device):
         if mode == "kernel" or dt not in kt.COPY_DTYPES:
             # the portable kernel reads c in place through its strides
             C = (inp(2), c.strides[-2], c.strides[-1], c.strides[:-2])
-            lau = _kernel_launches(dt, M, N, K, A, B, C, bshape, alpha, beta)
+            lau = kernel_launches(dt, M, N, K, A, B, C, bshape, alpha, beta)
             return None if lau is None else Plan(tuple(x for x, _ in lau))
         init = _c_init(node, device)
         if init is None:
             return None
         steps.append(init)
     if mode == "kernel":
-        lau = _kernel_launches(dt, M, N, K, A, B, None, bshape, alpha, beta)
+        lau = kernel_launches(dt, M, N, K, A, B, None, bshape, alpha, beta)
         return None if lau is None else Plan(tuple(steps) + tuple(x for x, _ in lau))
     if mode != "blas":
         gv = _gemv(dt, M, N, K, A, B, bshape, device, alpha, beta)
@@ -338,7 +338,7 @@ def plan_node(node, device):
         if lib_layout(r, cdim, op.rs, op.cs) is None:
             mat = _materialize(x, i, len(temps), device) if dt in kt.COPY_DTYPES else None
             if mat is None:
-                lau = _kernel_launches(dt, M, N, K, A, B, None, bshape, alpha, beta)
+                lau = kernel_launches(dt, M, N, K, A, B, None, bshape, alpha, beta)
                 return None if lau is None else Plan(tuple(steps) + tuple(x for x, _ in lau))
             steps.append(mat[0])
             temps.append(x.size * ITEM[dt])
@@ -357,6 +357,6 @@ def plan_node(node, device):
     plan = _blas_plan(dt, M, N, K, ops[0], ops[1], bshape, alpha, beta, list(steps), list(temps))
     if plan is not None:
         return plan
-    lau = _kernel_launches(dt, M, N, K, A, B, None, bshape, alpha, beta)
+    lau = kernel_launches(dt, M, N, K, A, B, None, bshape, alpha, beta)
     return None if lau is None else Plan(tuple(s for s in steps if s.refs[-1].kind != "t")
                                           + tuple(x for x, _ in lau))
