@@ -12,6 +12,8 @@
 # Offline machines: put the wheels the image lacks in .whl/ (mlx, mlx-cpu for the
 # machine's Python, nanobind==3.0.1); they are installed into $MLX_AMD_SITE first.
 # Results and logs go to $OUT (the device tool's folder) when set, else ./gpu-out.
+# MLX_AMD_PACK=1 packs them into one gpu-out.tgz there at the end (the device tool brings
+# back only a few files per call).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
@@ -71,4 +73,9 @@ if [[ -z ${MLX_AMD_SKIP_BENCH:-} ]]; then
   done
 fi
 step "done: pytest exit $rc"
+if [[ -n ${MLX_AMD_PACK:-} ]]; then
+  tmp=$(mktemp -d)
+  (cd "$OUTDIR" && tar czf "$tmp/gpu-out.tgz" --exclude=gpu-out.tgz . && find . -mindepth 1 -delete)
+  mv "$tmp/gpu-out.tgz" "$OUTDIR/" && rmdir "$tmp"
+fi
 exit "$rc"
