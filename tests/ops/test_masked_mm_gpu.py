@@ -89,8 +89,10 @@ def test_segmented_mm(gpu_runtime, dt):
     tol = {"float32": 1e-4, "float64": 1e-10}.get(dt, 3e-2)
     check_gpu(lambda x, y, s: mx.segmented_mm(x, y, s), a, b, segs, prims=("SegmentedMM",), rtol=tol,
               atol=tol * 10, what=f"segmented_mm {dt}")
-    check_gpu(lambda x, y, s: mx.segmented_mm(x.T, y.T, s.reshape(2, 3, 2)), b.T, a.T, segs,
-              prims=("SegmentedMM",), rtol=tol, atol=tol * 10, what=f"segmented_mm {dt} transposed")
+    # column-major operands (transposed views of row-major arrays) and a batch of segments
+    at, bt = mx.contiguous(a.T), mx.contiguous(b.T)
+    check_gpu(lambda x, y, s: mx.segmented_mm(x.T, y.T, s.reshape(2, 3, 2)), at, bt, segs,
+              prims=("SegmentedMM",), rtol=tol, atol=tol * 10, what=f"segmented_mm {dt} column-major")
 
 
 def test_segment_past_k_raises_and_the_process_goes_on(gpu_runtime):
