@@ -24,6 +24,8 @@ import time
 
 import mlx.core as mx
 
+from mlx_amd.runtime.launch import Launch, run as run_launch
+
 REPS = 20
 
 
@@ -53,6 +55,8 @@ def _median_ms(fn, reps, warmup, sync):
 
 
 class Bench:
+    SPIN_CYCLES = 400_000   # ~0.2 ms of GPU clock: longer than the host takes to queue a plan
+
     def __init__(self, name: str, reps: int = REPS):
         import mlx_amd
         from mlx_amd.runtime.context import get_runtime
@@ -61,6 +65,9 @@ class Bench:
         mlx_amd.enable()
         self.rt = get_runtime()
         self.drv = self.rt.driver
+        # timed runs wait on the GPU behind this kernel (_spin); the host driver runs none
+        self._spin_launch = None if self.drv.platform == "host" else Launch(
+            "smoke", "smoke_spin", (1, 1, 1), (1, 1, 1), 0, 0, struct.pack("<q", self.SPIN_CYCLES), refs=())
         self.props = self.rt.props
         self.roofline_gbps = self._copy_roofline()
         print(f"{name} on {self.props.name}: device copy {self.roofline_gbps:.0f} GB/s")
@@ -77,19 +84,9 @@ class Bench:
 
     def _spin(self, stream=None) -> None:
         """Queue the spin kernel on ``stream``: what is queued after it waits on the GPU, so
-        events around that work time the GPU alone, not the host's launches. (Nothing where
-        no kernel runs: the host driver.)"""
-        from mlx_amd.runtime.launch import Launch, run
-
-        if getattr(self, "_no_spin", False):
-            return
-        spin = Launch("smoke", "smoke_spin", (1, 1, 1), (1, 1, 1), 0, 0, struct.pack("<q", self.SPIN_CYCLES), refs=())
-        try:
-            run(spin, self.rt.modules, self.drv, (), stream)
-        except Exception:
-            if self.drv.platform != "host":
-                raise
-            self._no_spin = True
+        events around that work time the GPU alone, not the host's launches."""
+        if self._spin_launch is not None:
+            run_launch(self._spin_launch, self.rt.modules, self.drv, (), stream)
 
     def time_device(self, fn, warmup: int = 3) -> float:
         """Median ms of fn() (launches on the default stream) between two device events
@@ -122,8 +119,6 @@ class Bench:
         inf = bridge.buffer_info(a)
         ev = self.rt.evaluator
         return self.rt.residency.device_ptr(inf[0], inf[1], inf[5], ev.stream) + inf[2]
-
-    SPIN_CYCLES = 400_000   # ~0.2 ms of GPU clock: longer than the host takes to queue a plan
 
     def time_node(self, family, prim, params, ins, out_shapes, out_dtypes):
         """Median ms of one node's plan on the evaluator's stream, device events around it:

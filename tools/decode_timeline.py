@@ -39,10 +39,7 @@ def main():
                          "waits for: evaluator.eval_wait), run in turn on one model (mlx-amd only)")
     a = ap.parse_args()
     if a.null:
-        import sys
-
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from profile_engine import make_runtime
+        from profile_engine import make_runtime   # tools/ is the script's own folder
 
         make_runtime()
     import mlx.core as mx

@@ -26,10 +26,7 @@ def main():
                          "host cost and replay behaviour only, results are garbage")
     a = ap.parse_args()
     if a.null:
-        import sys
-
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from profile_engine import make_runtime
+        from profile_engine import make_runtime   # tools/ is the script's own folder
 
         make_runtime()
     import mlx.core as mx

@@ -143,9 +143,9 @@ class Evaluator:
         results, hip#3887 / clr#138); test: the self-test decides, on any driver.
         Eager is the default: in a synthetic pipelined decode loop (tools/decode_timeline.py)
         it measured as fast or faster, since a graph is launched once its replay has
-        collected every launch. mlx-lm's own loop measured graphs faster in session 5 (see
-        benchmarks/results/decode_graphs_order-h200.txt); switching the default waits for
-        a full GPU-suite run under it (docs/architecture.md, "Graphs")."""
+        collected every launch; mlx-lm's own loop measured graphs faster
+        (benchmarks/results/decode_graphs_order-h200.txt), and switching the default waits
+        for a full GPU-suite run under it (docs/architecture.md, "Graphs")."""
         mode = os.environ.get("MLX_AMD_GRAPHS", "auto").strip().lower()
         if mode not in ("0", "1", "auto", "test"):
             raise ValueError(f"MLX_AMD_GRAPHS={mode!r}: expected 0, 1, auto or test")

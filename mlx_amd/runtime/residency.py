@@ -325,7 +325,7 @@ class Residency:
             self.driver.stream_synchronize(stream)
         return n
 
-    # --- MLX-owned buffers ---------------------------------------------------------------
+    # --- replay programs' leaf caches ----------------------------------------------------
     def _invalidate(self, key: int) -> None:
         self._inval.append(key)
         if len(self._inval) > INVAL_LOG:          # programs that fell behind clear instead
@@ -345,6 +345,7 @@ class Residency:
             program.forget_leaves(self._inval[seen - self._inval_base:])
         return end
 
+    # --- MLX-owned buffers ---------------------------------------------------------------
     def _drop(self, rec: _Rec) -> None:
         self._invalidate(rec.key)
         del self._recs[rec.key]

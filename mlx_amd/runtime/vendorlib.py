@@ -1,7 +1,8 @@
 """What the bindings of the vendor libraries (FFT, solver) share: a status check that
 names the failing call, loading through ``blas.table.open_vendor_library``, one lazily
 loaded library per vendor with an availability switch and a one-time warning, one engine
-per driver, and a workspace from the device pool grown on demand.
+per driver with the state every engine holds, and a workspace from the device pool grown
+on demand.
 
 Standard library only.
 """
@@ -134,4 +135,20 @@ class Workspace:
             self.block, self.nbytes = None, 0
 
 
-__all__ = ["vendor_of", "status_check", "load", "Lazy", "PerDriver", "Workspace"]
+class Engine:
+    """What every vendor-library engine holds: the vendor, its library (``library(vendor)``
+    unless one is given, e.g. a test's fake) and the library's status check, the driver
+    and device pool, one workspace, and a lock (one engine per driver, calls from any
+    thread). Binds the device's context in the constructing thread."""
+
+    def __init__(self, driver, pool, lib, library, make_check):
+        self.vendor = vendor_of(driver.platform)
+        self.lib = lib or library(self.vendor)
+        self.check = make_check(self.lib)
+        self.driver, self.pool = driver, pool
+        self.work = Workspace(pool)
+        self.lock = threading.Lock()
+        driver.synchronize()
+
+
+__all__ = ["vendor_of", "status_check", "load", "Lazy", "PerDriver", "Workspace", "Engine"]

@@ -18,9 +18,8 @@ from __future__ import annotations
 import collections
 import ctypes
 import dataclasses
-import threading
 
-from ..vendorlib import Lazy, PerDriver, Workspace, vendor_of
+from ..vendorlib import Engine, Lazy, PerDriver, vendor_of
 from . import table as T
 
 ENV = "MLX_AMD_FFT"      # "auto" (default) or "none": never plan FFTs on the GPU
@@ -46,17 +45,11 @@ _libs = Lazy(T.load, ENV, "FFT library unavailable, FFTs run on the CPU")
 library, available = _libs.library, _libs.available
 
 
-class FftEngine:
+class FftEngine(Engine):
     def __init__(self, driver, pool, lib=None):
-        self.vendor = vendor_of(driver.platform)
-        self.lib = lib or library(self.vendor)
-        self.check = T.make_check(self.lib)
-        self.driver, self.pool = driver, pool
+        super().__init__(driver, pool, lib, library, T.make_check)
         self.handle_t = T.HANDLE_TYPES[self.vendor][0]
         self.plans: collections.OrderedDict = collections.OrderedDict()   # key -> (handle, work bytes)
-        self.work = Workspace(pool)
-        self.lock = threading.Lock()
-        driver.synchronize()            # binds the device's context in this thread
 
     def _plan(self, t: Transform):
         key = t.key()

@@ -1,4 +1,4 @@
-"""gemv family (hip_kernels/gemv.hip): four rows per wave, both wave widths.
+"""gemv family (hip_kernels/gemv.hip): two rows per wave, both wave widths.
 Names: gemv_rows_<dtype>_<dtype>_w32 / _w64. Standard library only (loaded by path)."""
 
 DTYPES = ("float32", "float16", "bfloat16")

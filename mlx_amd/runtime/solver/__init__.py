@@ -14,9 +14,8 @@ one-time warning naming the package.
 from __future__ import annotations
 
 import ctypes
-import threading
 
-from ..vendorlib import Lazy, PerDriver, Workspace, vendor_of
+from ..vendorlib import Engine, Lazy, PerDriver, vendor_of
 from . import table as T
 
 ENV = "MLX_AMD_SOLVER"     # "auto" (default) or "none": never plan linalg on the GPU
@@ -29,16 +28,10 @@ _libs = Lazy(T.load, ENV, "solver library unavailable, linalg runs on the CPU")
 library, available = _libs.library, _libs.available
 
 
-class SolverEngine:
+class SolverEngine(Engine):
     def __init__(self, driver, pool, lib=None):
-        self.vendor = vendor_of(driver.platform)
-        self.lib = lib or library(self.vendor)
-        self.check = T.make_check(self.lib)
+        super().__init__(driver, pool, lib, library, T.make_check)
         self.enums = {k: v for k, (_, v) in T.ENUMS[self.vendor].items()}
-        self.driver, self.pool = driver, pool
-        self.work = Workspace(pool)
-        self.lock = threading.Lock()
-        driver.synchronize()            # binds the device's context in this thread
         h = ctypes.c_void_p()
         self.check(self.lib.create(ctypes.byref(h)), "create", "&handle")
         self.handle = h
