@@ -212,13 +212,19 @@ def wave_width(device) -> int:
     return w
 
 
-def embed(sub: Optional[Plan], mapping: dict, temp_slot: Callable[[int, int], int], n_ins: int) -> Optional[list]:
-    """Another family's plan as steps of ours (the GEMM inside SDPA, convolution, masked
-    matmuls): its inputs and outputs redirected through ``mapping`` {(kind, index): our
-    Ref} (offsets add), its temporary i to our temporary ``temp_slot(i, nbytes)``. None
-    when the sub-plan needs what steps alone cannot carry (donation, init steps, written
-    ranges) or has a step of another kind."""
-    if sub is None or sub.donate or sub.init or sub.written is not None:
+def embed(sub: Optional[Plan], mapping: dict, temp_slot: Callable[[int, int], int],
+          inline_init: bool = False) -> Optional[list]:
+    """Another family's plan as steps of ours (the GEMMs inside SDPA, convolution, prefill
+    qmm and masked matmuls, the nodes of a compiled tape): its inputs and outputs redirected
+    through ``mapping`` {(kind, index): our Ref} (offsets add), its temporary i to our
+    temporary ``temp_slot(i, nbytes)``. ``inline_init``: the caller never donates, so the
+    sub-plan's init steps always run (first) and donation and written ranges do not
+    matter. None when the sub-plan needs what steps alone cannot carry (donation, init
+    steps, written ranges, without ``inline_init``), names a buffer ``mapping`` lacks, or
+    has a step of another kind."""
+    if sub is None:
+        return None
+    if not inline_init and (sub.donate or sub.init or sub.written is not None):
         return None
 
     def ref(r: Ref) -> Ref:
@@ -227,15 +233,19 @@ def embed(sub: Optional[Plan], mapping: dict, temp_slot: Callable[[int, int], in
         base = mapping[(r.kind, r.index)]
         return base._replace(offset=base.offset + r.offset)
 
+    todo = [s for _, init in sub.init for s in init] if inline_init else []
     steps = []
-    for s in sub.steps:
-        if isinstance(s, Launch):
-            refs = s.refs if s.refs is not None else default_refs(n_ins)
-            steps.append(dataclasses.replace(s, refs=tuple(ref(r) for r in refs)))
-        elif isinstance(s, HostCall):
-            steps.append(dataclasses.replace(s, refs=tuple(ref(r) for r in s.refs)))
-        elif isinstance(s, Memset):
-            steps.append(dataclasses.replace(s, ref=ref(s.ref)))
-        else:
-            return None
+    try:
+        for s in todo + list(sub.steps):
+            if isinstance(s, Launch):
+                refs = s.refs if s.refs is not None else default_refs(s.n_ptrs - 1)
+                steps.append(dataclasses.replace(s, refs=tuple(ref(r) for r in refs)))
+            elif isinstance(s, HostCall):
+                steps.append(dataclasses.replace(s, refs=tuple(ref(r) for r in s.refs)))
+            elif isinstance(s, Memset):
+                steps.append(dataclasses.replace(s, ref=ref(s.ref)))
+            else:
+                return None
+    except KeyError:       # a buffer of the sub-plan we have no counterpart for
+        return None
     return steps

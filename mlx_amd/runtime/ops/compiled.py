@@ -37,7 +37,7 @@ import struct
 
 from .. import plan as _plan
 from ..launch import Launch
-from ..plan import HostCall, Layout, Memset, Plan, Ref
+from ..plan import Layout, Plan
 from . import elementwise as ew
 
 FAMILY = "compiled"
@@ -518,34 +518,6 @@ def fused_plan(node, device, compile=_compile):
 
 
 # ---------------------------------------------------------------- node by node
-def _remap(ref: Ref, ins: tuple, target: Ref, temp_base: int) -> Ref:
-    kind, i, off = ref
-    if kind == "i":
-        r = ins[i]
-        return Ref(r.kind, r.index, r.offset + off)
-    if kind == "o":
-        if i != 0:
-            raise Unsupported("multi-output tape node")
-        return Ref(target.kind, target.index, target.offset + off)
-    return Ref("t", temp_base + i, off)
-
-
-def _remap_steps(steps, n_ins, ins, target, temp_base):
-    out = []
-    for st in steps:
-        if isinstance(st, Launch):
-            refs = st.refs if st.refs is not None else (
-                tuple(_plan.inp(i) for i in range(st.n_ptrs - 1)) + (_plan.out(0),))
-            out.append(dataclasses.replace(st, refs=tuple(_remap(r, ins, target, temp_base) for r in refs)))
-        elif isinstance(st, Memset):
-            out.append(dataclasses.replace(st, ref=_remap(st.ref, ins, target, temp_base)))
-        elif isinstance(st, HostCall):
-            out.append(dataclasses.replace(st, refs=tuple(_remap(r, ins, target, temp_base) for r in st.refs)))
-        else:
-            raise Unsupported(f"step {type(st).__name__}")
-    return out
-
-
 def by_node_plan(node, device, table=None):
     """Each tape node through its own family's plan; intermediates in temporaries.
     None when some tape node has no GPU plan."""
@@ -592,11 +564,14 @@ def by_node_plan(node, device, table=None):
         if sub is None:
             return None
         base = len(temps)
+        mapping = {("i", k): where[i][0] for k, i in enumerate(ins)}
+        mapping[("o", 0)] = target
+        # we never donate: the init steps always run
+        sub_steps = _plan.embed(sub, mapping, lambda i, n: base + i, inline_init=True)
+        if sub_steps is None:
+            return None
         temps.extend(sub.temps)
-        refs = tuple(where[i][0] for i in ins)
-        for _, init_steps in sub.init:   # we never donate: the init steps always run
-            steps += _remap_steps(init_steps, len(ins), refs, target, base)
-        steps += _remap_steps(sub.steps, len(ins), refs, target, base)
+        steps += sub_steps
         where[oid] = (target, olay)
     if any(where.get(oid, (None,))[0] != _plan.out(j) for j, oid in enumerate(tape.outputs)):
         return None   # an output that is an input or a broadcast of one

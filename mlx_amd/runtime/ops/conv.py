@@ -132,7 +132,7 @@ def _gemm_steps(A: Layout, B: Layout, D: Layout, a_ref, b_ref, d_ref, temps: lis
     if plan is None:
         return None
     base = len(temps)
-    steps = embed(plan, {("i", 0): a_ref, ("i", 1): b_ref, ("o", 0): d_ref}, lambda i, n: base + i, 2)
+    steps = embed(plan, {("i", 0): a_ref, ("i", 1): b_ref, ("o", 0): d_ref}, lambda i, n: base + i)
     if steps is not None:
         temps.extend(plan.temps)
     return steps

@@ -120,7 +120,7 @@ def plan_block_masked(node, device):
     (A, a_ref), (B, b_ref) = operands
     sub = matmul.plan_node(Node("Matmul", (), (A, B), (o,)), device)
     base = len(temps)
-    gemm = embed(sub, {("i", 0): a_ref, ("i", 1): b_ref, ("o", 0): out(0)}, lambda i, n: base + i, 2)
+    gemm = embed(sub, {("i", 0): a_ref, ("i", 1): b_ref, ("o", 0): out(0)}, lambda i, n: base + i)
     if gemm is None:
         return None
     temps.extend(sub.temps)

@@ -31,7 +31,7 @@ import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import HostCall, Layout, Memset, Plan, default_refs, inp, ksplit, out, tmp, wave_width
+from ..plan import Layout, Memset, Plan, embed, inp, ksplit, out, tmp, wave_width
 from . import copy as copy_family
 from . import elementwise as ew
 
@@ -305,27 +305,6 @@ def _plan_qmv(p: Problem, device):
 
 # ---- prefill: dequantize, then the matmul family's GEMM -------------------------------
 
-def _remap(ref, x_ref, n_ours):
-    kind, i, off = ref
-    if kind == "i":
-        base = x_ref if i == 0 else tmp(0)
-        return base._replace(offset=base.offset + off)
-    if kind == "t":
-        return tmp(i + n_ours, off)
-    return ref
-
-
-def _remap_step(st, x_ref, n_ours):
-    if isinstance(st, Launch):
-        refs = st.refs if st.refs is not None else default_refs(st.n_ptrs - 1, 1)
-        return dataclasses.replace(st, refs=tuple(_remap(r, x_ref, n_ours) for r in refs))
-    if isinstance(st, Memset):
-        return dataclasses.replace(st, ref=_remap(st.ref, x_ref, n_ours))
-    if isinstance(st, HostCall):
-        return dataclasses.replace(st, refs=tuple(_remap(r, x_ref, n_ours) for r in st.refs))
-    return None
-
-
 def prefill_operands(p: Problem, device):
     """(dequant launch, temporary bytes, x, w_deq, out layouts of the synthetic Matmul) or None."""
     f, M, N, K = p.fmt, p.M, p.N, p.K
@@ -373,15 +352,11 @@ def _plan_prefill(p: Problem, device):
         return None
     deq, deq_bytes, x2, b_lay, o_lay = ops
     mplan = matmul.plan_node(_MatmulNode(x2, b_lay, o_lay), device)
-    if mplan is None or mplan.init or mplan.donate:
+    # the matmul's A is x, its B the dequantized w (our temporary 0); its temporaries follow
+    gemm = embed(mplan, {("i", 0): inp(0), ("i", 1): tmp(0), ("o", 0): out(0)}, lambda i, n: i + 1)
+    if gemm is None:
         return None
-    steps = [deq]
-    for st in mplan.steps:
-        r = _remap_step(st, inp(0), 1)
-        if r is None:
-            return None
-        steps.append(r)
-    return Plan(tuple(steps), temps=(deq_bytes,) + tuple(mplan.temps))
+    return Plan((deq, *gemm), temps=(deq_bytes,) + tuple(mplan.temps))
 
 
 def _MatmulNode(a, b, o):

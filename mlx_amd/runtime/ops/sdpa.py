@@ -325,7 +325,7 @@ def _gemm(a: Layout, b: Layout, a_ref: Ref, b_ref: Ref, d_ref: Ref, alpha: float
     o = Layout.row_major(a.shape[:-1] + (b.shape[-1],), dt)
     sub = matmul_family.plan_node(Node("AddMM", (float(alpha), 0.0), (a, b, o), (o,)), device)
     mapping = {("i", 0): a_ref, ("i", 1): b_ref, ("i", 2): d_ref, ("o", 0): d_ref}
-    return embed(sub, mapping, temps.sub_slot, 3)
+    return embed(sub, mapping, temps.sub_slot)
 
 
 def chunk_rows(p: Problem) -> int:
