@@ -13,8 +13,6 @@
   the device, so one host step reads them (waiting for the stream) and issues one
   library GEMM per segment (our portable kernel where no library serves). A segment past
   K raises ValueError naming it (MLX's CPU aborts the process in BLAS there).
-
-Not run on a GPU yet (VERIFIED = False; tests/ops/test_masked_mm_gpu.py).
 """
 
 from __future__ import annotations
@@ -33,7 +31,6 @@ from . import matmul
 
 FAMILY = "masked_mm"
 PRIMITIVES = {"BlockMaskedMM": "block_masked_mm", "SegmentedMM": "segmented_mm"}
-VERIFIED = False
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 BATCH = 4                                  # MLXA_MMASK_BATCH
