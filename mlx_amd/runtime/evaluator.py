@@ -127,25 +127,24 @@ class Evaluator:
         self.replays = 0                   # evaluations that ran through a program
         self.replay_python = 0             # nodes of those that differed and ran here
         self.graphs, self.graphs_selftest = self._resolve_graphs()
-        # What an eval with nothing left to run waits for: "stream" (everything queued: today's
-        # default) or "arrays" (only their own queued work, as MLX does; mlx-lm reads token n
-        # right after queuing step n + 1, which then need not finish first). "arrays" is not
-        # yet the default: it has not run on a GPU (docs/architecture.md, "Graphs").
-        self.eval_wait = os.environ.get("MLX_AMD_EVAL_WAIT", "stream").strip().lower()
+        # What an eval with nothing left to run waits for: "arrays" (the default: only their
+        # own queued work, as MLX does; mlx-lm reads token n right after queuing step n + 1,
+        # which then need not finish first) or "stream" (everything queued). With graphs the
+        # difference is large: a graph's step is queued whole, so waiting for the stream
+        # waits for the step just queued (docs/architecture.md, "Graphs").
+        self.eval_wait = os.environ.get("MLX_AMD_EVAL_WAIT", "arrays").strip().lower()
         if self.eval_wait not in ("stream", "arrays"):
             raise ValueError(f"MLX_AMD_EVAL_WAIT={self.eval_wait!r}: expected stream or arrays")
         _OWNERS.add(residency)
 
     def _resolve_graphs(self) -> tuple:
         """(launch replays as CUDA/HIP graphs, a self-test must decide first), from
-        ``MLX_AMD_GRAPHS``: auto (default) and 0: eager launches; 1: graphs (on HIP only once
-        ``graph_selftest`` found them equal to eager: ROCm had graph bugs that give wrong
-        results, hip#3887 / clr#138); test: the self-test decides, on any driver.
-        Eager is the default: in a synthetic pipelined decode loop (tools/decode_timeline.py)
-        it measured as fast or faster, since a graph is launched once its replay has
-        collected every launch; mlx-lm's own loop measured graphs faster
-        (benchmarks/results/decode_graphs_order-h200.txt), and switching the default waits
-        for a full GPU-suite run under it (docs/architecture.md, "Graphs")."""
+        ``MLX_AMD_GRAPHS``: auto (default): graphs on CUDA, eager on HIP; 0: eager; 1: graphs
+        (on HIP only once ``graph_selftest`` found them equal to eager: ROCm had graph bugs
+        that give wrong results, hip#3887 / clr#138); test: the self-test decides, on any
+        driver. Graphs are CUDA's default since session 6: the whole GPU suite passed under
+        them and mlx-lm's loop decoded faster (docs/architecture.md, "Graphs"). HIP stays
+        eager until an AMD GPU has run the self-test and the suite."""
         mode = os.environ.get("MLX_AMD_GRAPHS", "auto").strip().lower()
         if mode not in ("0", "1", "auto", "test"):
             raise ValueError(f"MLX_AMD_GRAPHS={mode!r}: expected 0, 1, auto or test")
@@ -159,7 +158,7 @@ class Evaluator:
             atexit.register(_bridge.graph_api_shutdown)   # no driver calls while it unloads
             _GRAPH_EXIT[0] = True
         if mode == "auto":
-            return False, False
+            return self.driver.platform == "nvidia", False
         if mode == "1" and self.driver.platform == "nvidia":
             return True, False
         return False, True
