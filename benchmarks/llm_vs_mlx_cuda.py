@@ -9,7 +9,9 @@ Each engine runs in its own process (they are different libmlx builds):
 
 Decode = tokens after the first over the time after the first (median of --runs runs),
 prefill = prompt tokens over the time to the first token. Each run starts with a fresh KV
-cache; one warm-up generation first (MLX-CUDA JIT-compiles its kernels there).
+cache; --warmup generations first (MLX-CUDA JIT-compiles its kernels there; mlx-amd records
+a graph at its second sighting and replays it from the third, so the default of two puts both
+engines in their steady state).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 os.environ.setdefault("MLX_AMD_AUTO", "0")
 
 
-def run_engine(engine, shapes, quant, tokens, prompt_len, runs, part_dir):
+def run_engine(engine, shapes, quant, tokens, prompt_len, runs, part_dir, warmup=2):
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
@@ -46,7 +48,8 @@ def run_engine(engine, shapes, quant, tokens, prompt_len, runs, part_dir):
             prompt = mx.random.randint(0, model.args.vocab_size, (prompt_len,), key=mx.random.key(1))
             mx.eval(prompt)
             t1 = time.perf_counter()
-            toks0, ttft0, _ = llm.generate(model, prompt, 8)            # warm-up (JIT, plans)
+            for _ in range(warmup):                                     # JIT, plans, recordings
+                llm.generate(model, prompt, 8)
             t2 = time.perf_counter()
             dec, pre, first = [], [], None
             for _ in range(runs):
@@ -98,6 +101,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=2)
     a = ap.parse_args()
     if not a.combine and not a.engine:
         ap.error("say --engine ours|mlx-cuda|plain (one process per engine), or --combine PART_DIR")
@@ -106,7 +110,7 @@ def main():
         return
     os.makedirs(a.part, exist_ok=True)
     run_engine(a.engine, a.shapes.split(","), [int(q) for q in a.quant.split(",")], a.tokens, a.prompt,
-               a.runs, a.part)
+               a.runs, a.part, a.warmup)
 
 
 if __name__ == "__main__":

@@ -5,11 +5,13 @@ steps evaluated synchronously (host and GPU one after the other).
     python tools/decode_timeline.py [--shape llama-1b] [--bits 0] [--steps 64]
     python tools/decode_timeline.py --ncu-step ...   # one synchronous step between
         cuProfilerStart/Stop: run under `ncu --profile-from-start off` for its kernels
+    python tools/decode_timeline.py --ncu-prefill ...   # the same for one prefill (fresh cache)
     python tools/decode_timeline.py --modes eager,graphs,graphs+arrays,eager+arrays ...
 
 Prints one JSON line: medians in milliseconds of build (the model's graph), queue
 (async_eval until it returns), wait (reading the previous token), step (all three), and
-sync (build + eval + read, nothing overlapped). step ~ build + queue means the host is the
+sync (build + eval + read, nothing overlapped), prefill (a fresh cache's prompt, synchronous,
+after one warm-up prefill). step ~ build + queue means the host is the
 bound; a large wait means the GPU is.
 """
 
@@ -31,12 +33,14 @@ def main():
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--plain", action="store_true", help="plain MLX (no mlx-amd), for reference")
     ap.add_argument("--ncu-step", action="store_true")
+    ap.add_argument("--ncu-prefill", action="store_true")
     ap.add_argument("--null", action="store_true",
                     help="no GPU: the host driver with no-op kernels (tools/profile_engine.py); "
                          "host phases only, results are garbage")
     ap.add_argument("--modes", default="",
                     help="comma list of eager|graphs[+stream|+arrays] (launches, and what a read "
-                         "waits for: evaluator.eval_wait), run in turn on one model (mlx-amd only)")
+                         "waits for: evaluator.eval_wait, its default when left out), run in turn "
+                         "on one model (mlx-amd only)")
     a = ap.parse_args()
     if a.null:
         from profile_engine import make_runtime   # tools/ is the script's own folder
@@ -54,8 +58,8 @@ def main():
     cache = make_prompt_cache(model)
     prompt = mx.random.randint(0, model.args.vocab_size, (a.prompt,), key=mx.random.key(1))
 
-    def step(y):
-        logits = model(y[None], cache=cache)
+    def step(y, c=cache):
+        logits = model(y[None], cache=c)
         return mx.argmax(logits[:, -1, :], axis=-1)
 
     y = step(prompt)
@@ -100,13 +104,13 @@ def main():
         from mlx_amd.runtime.context import get_runtime
 
         ev = get_runtime().evaluator
-        modes = a.modes.split(",")
+        modes, default_wait = a.modes.split(","), ev.eval_wait
         rows = {m: [] for m in modes}
         for m in modes + modes:
             launch, _, wait = m.partition("+")
             if launch not in ("eager", "graphs") or wait not in ("", "stream", "arrays"):
                 raise SystemExit(f"--modes: {m!r} is not eager|graphs[+stream|+arrays]")
-            ev.graphs, ev.eval_wait = launch == "graphs", wait or "stream"
+            ev.graphs, ev.eval_wait = launch == "graphs", wait or default_wait
             y, r = pipelined(y, a.steps)
             y, r["sync_ms"] = synced(y, a.steps // 2)
             rows[m].append(r)
@@ -114,11 +118,19 @@ def main():
         return
     y, out = pipelined(y, a.steps)
     y, out["sync_ms"] = synced(y, a.steps // 2)
-    if a.ncu_step:
+    prefill = []
+    for _ in range(6):                       # the first one may record; the median hides it
+        fresh = make_prompt_cache(model)
+        t0 = time.perf_counter()
+        step(prompt, fresh).item()
+        prefill.append(time.perf_counter() - t0)
+    out["prefill_ms"] = med(prefill)
+    if a.ncu_step or a.ncu_prefill:
         cuda = ctypes.CDLL("libcuda.so.1")
         mx.eval(y)
+        fresh = make_prompt_cache(model)
         cuda.cuProfilerStart()
-        y = step(y)
+        y = step(prompt, fresh) if a.ncu_prefill else step(y)
         mx.eval(y)
         y.item()
         cuda.cuProfilerStop()

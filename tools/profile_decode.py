@@ -2,6 +2,7 @@
 under cProfile, with mlx-amd enabled, plus the per-step node count and replay statistics.
 
     python tools/profile_decode.py [--shape llama-1b] [--tokens 16] [--bits 0]
+    python tools/profile_decode.py --prefill ...   # the time to the first token instead
 """
 
 import argparse
@@ -21,6 +22,8 @@ def main():
     ap.add_argument("--bits", type=int, default=0)
     ap.add_argument("--top", type=int, default=35)
     ap.add_argument("--no-profile", action="store_true", help="time only")
+    ap.add_argument("--prefill", action="store_true",
+                    help="profile five prompts' time to the first token (fresh caches) instead")
     ap.add_argument("--null", action="store_true",
                     help="no GPU: the host driver with no-op kernels (tools/profile_engine.py); "
                          "host cost and replay behaviour only, results are garbage")
@@ -57,6 +60,14 @@ def main():
     t = time.perf_counter()
     if not a.no_profile:
         pr.enable()
+    if a.prefill:
+        ttfts = [llm.generate(model, prompt, 1)[1] for _ in range(5)]
+        pr.disable()
+        print(f"{a.shape}: time to first token of a {prompt.size}-token prompt, five runs: "
+              + ", ".join(f"{x * 1e3:.2f}" for x in ttfts) + " ms")
+        if not a.no_profile:
+            pstats.Stats(pr).sort_stats("tottime").print_stats(a.top)
+        return
     toks, ttft, rest = llm.generate(model, prompt, a.tokens)
     pr.disable()
     wall = time.perf_counter() - t
