@@ -41,12 +41,17 @@ class Gemm:
     alpha: float = 1.0
     beta: float = 0.0
 
+    def __post_init__(self):
+        # the problem without alpha/beta (call arguments); built once: a prefill asks ~140
+        # times and dataclasses.astuple costs ~45 us a call
+        object.__setattr__(self, "_key", tuple(getattr(self, f.name) for f in dataclasses.fields(self)[:13]))
+
     def key(self) -> tuple:
-        return dataclasses.astuple(self)[:13]   # alpha/beta are call arguments, not the problem
+        return self._key
 
 
 _lock = threading.Lock()
-_engines: dict = {}        # id(driver) -> (driver, {name: engine or the error it raised})
+_engines: dict = {}        # id(driver) -> (driver, {name: engine or the error it raised}[, usable engines])
 _warned: set = set()
 
 
@@ -61,6 +66,9 @@ def _factories(platform: str) -> list:
 def engines(ctx) -> list:
     """The usable engines for ctx's driver, created on first use (missing ones skipped)."""
     drv = ctx.driver
+    rec = _engines.get(id(drv))
+    if rec is not None and rec[0] is drv and len(rec) == 3:
+        return rec[2]         # every engine resolved already (no lock: a finished record)
     with _lock:
         rec = _engines.get(id(drv))
         if rec is None or rec[0] is not drv:
@@ -81,6 +89,7 @@ def engines(ctx) -> list:
                                   RuntimeWarning, stacklevel=3)
                 continue
             out.append(eng)
+        _engines[id(drv)] = (drv, rec[1], out)
         return out
 
 
@@ -102,8 +111,8 @@ def run(ctx, g: Gemm, a: int, b: int, c: int, d: int, stream) -> bool:
 
 def close_all() -> None:
     with _lock:
-        for drv, engs in _engines.values():
-            for e in engs.values():
+        for rec in _engines.values():
+            for e in rec[1].values():
                 if not isinstance(e, Exception):
                     e.close()
         _engines.clear()
