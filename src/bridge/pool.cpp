@@ -26,7 +26,7 @@ Pool::Pool(size_t header, nb::callable miss, nb::callable raw_free, int64_t lim)
     : limit(lim), cache_limit(lim), header_(header), miss_(std::move(miss)),
       raw_free_(std::move(raw_free)) {}
 
-std::pair<uintptr_t, size_t> Pool::alloc(int64_t nbytes) {
+std::pair<uintptr_t, size_t> Pool::alloc(int64_t nbytes, uintptr_t prefer) {
   if (nbytes < 0) throw nb::value_error(("allocation size must be >= 0, got " + std::to_string(nbytes)).c_str());
   size_t total = header_ + (nbytes > 0 ? static_cast<size_t>(nbytes) : 1);  // even empty: a data byte
   size_t size, most;
@@ -40,7 +40,21 @@ std::pair<uintptr_t, size_t> Pool::alloc(int64_t nbytes) {
   }
   auto it = bins_.lower_bound(size);
   uintptr_t data;
-  if (it != bins_.end() && it->first <= most) {
+  auto want = prefer ? blocks_.find(prefer) : blocks_.end();
+  if (want != blocks_.end() && !want->second.live && want->second.size == size) {
+    // the wanted block is cached in this very class: take it out of its bin
+    it = bins_.find(size);
+    auto& v = it->second;
+    v.erase(std::find(v.begin(), v.end(), prefer));
+    if (v.empty()) bins_.erase(it);
+    auto& b = want->second;
+    lru_.erase(b.lru);
+    b.live = true;
+    cached -= static_cast<int64_t>(size);
+    ++hits;
+    ++preferred;
+    data = prefer;
+  } else if (it != bins_.end() && it->first <= most) {
     data = it->second.back();
     it->second.pop_back();
     size_t s = it->first;
@@ -117,12 +131,13 @@ Outputs::~Outputs() {
   r.erase(std::remove(r.begin(), r.end(), this), r.end());
 }
 
-int64_t Outputs::take(size_t nbytes, Fresh* out) {
-  uintptr_t h = host_->alloc_data(nbytes);
+int64_t Outputs::take(size_t nbytes, Fresh* out, uintptr_t prefer) {
+  // unified: the host block is the device one, so it is the one preferred
+  uintptr_t h = host_->alloc_data(nbytes, dev_ ? 0 : prefer);
   uintptr_t d = h;
   if (dev_) {
     try {
-      d = dev_->alloc_data(nbytes);
+      d = dev_->alloc_data(nbytes, prefer);
     } catch (...) {
       host_->free(h);
       throw;
@@ -164,7 +179,8 @@ void register_pool(nb::module_& m) {
                    "a caching allocator's bookkeeping (runtime/memory.py has the policy)")
       .def(nb::init<size_t, nb::callable, nb::callable, int64_t>(), "header"_a, "miss"_a,
            "raw_free"_a, "limit"_a)
-      .def("alloc", &Pool::alloc, "nbytes"_a, "-> (data pointer, size class); a miss calls miss()")
+      .def("alloc", &Pool::alloc, "nbytes"_a, "prefer"_a = 0,
+           "-> (data pointer, size class); a miss calls miss(); prefer: the cached block wanted")
       .def("free", &Pool::free, "data"_a)
       .def("release", &Pool::release, "nbytes"_a)
       .def("live", &Pool::live, "data"_a)
@@ -177,6 +193,7 @@ void register_pool(nb::module_& m) {
       .def_rw("cache_limit", &Pool::cache_limit)
       .def_ro("hits", &Pool::hits)
       .def_ro("misses", &Pool::misses)
+      .def_ro("preferred", &Pool::preferred)
       .def_ro("driver_allocs", &Pool::driver_allocs)
       .def_ro("driver_frees", &Pool::driver_frees);
   nb::class_<Outputs>(m, "Outputs",
@@ -184,11 +201,12 @@ void register_pool(nb::module_& m) {
       .def(nb::init<nb::object, nb::object>(), "host"_a, "device"_a)
       .def("adopt", &Outputs::adopt,
            "[(key, host data, device data, nbytes)] of the buffers still here; empties the table")
-      .def("take", [](Outputs& o, size_t nbytes) {
+      .def("take", [](Outputs& o, size_t nbytes, uintptr_t prefer) {
              Outputs::Fresh f;
-             int64_t key = o.take(nbytes, &f);
+             int64_t key = o.take(nbytes, &f, prefer);
              return nb::make_tuple(key, f.host, f.dev);
-           }, "nbytes"_a, "a fresh pair, as a replay takes one: (key, host data, device data)")
+           }, "nbytes"_a, "prefer"_a = 0,
+           "a fresh pair, as a replay takes one: (key, host data, device data)")
       .def("has", &Outputs::has, "key"_a)
       .def("__len__", &Outputs::size);
 }

@@ -22,9 +22,13 @@ class Pool {
   // miss(nbytes, size) -> driver pointer of a new `size`-byte block (may raise)
   // raw_free(ptr): give a block back to the driver
   Pool(size_t header, nb::callable miss, nb::callable raw_free, int64_t limit);
-  // -> (data pointer, size class)
-  std::pair<uintptr_t, size_t> alloc(int64_t nbytes);
-  uintptr_t alloc_data(size_t nbytes) { return alloc(static_cast<int64_t>(nbytes)).first; }
+  // -> (data pointer, size class). prefer: a block to take when it is cached and of the
+  // request's size class (a replay asks for the block a node had last time: unchanged
+  // kernel arguments leave the graph's nodes as they are)
+  std::pair<uintptr_t, size_t> alloc(int64_t nbytes, uintptr_t prefer = 0);
+  uintptr_t alloc_data(size_t nbytes, uintptr_t prefer = 0) {
+    return alloc(static_cast<int64_t>(nbytes), prefer).first;
+  }
   void free(uintptr_t data);
   // cached blocks back to the driver, oldest first, until `nbytes` are released
   void release(int64_t nbytes);
@@ -34,6 +38,7 @@ class Pool {
   size_t header() const { return header_; }
   int64_t active = 0, peak = 0, cached = 0, limit = 0, cache_limit = 0;
   int64_t hits = 0, misses = 0, driver_allocs = 0, driver_frees = 0;
+  int64_t preferred = 0;   // hits that were the block asked for
 
  private:
   struct Blk {
@@ -58,8 +63,9 @@ class Outputs {
   Outputs(nb::object host, nb::object device);
   ~Outputs();
   struct Fresh { uintptr_t host, dev; size_t nbytes; };
-  // a host + device pair for an nbytes output: (key, host data, device data)
-  int64_t take(size_t nbytes, Fresh* out);
+  // a host + device pair for an nbytes output: (key, host data, device data); prefer:
+  // the device data pointer wanted (the one this output had at the previous replay)
+  int64_t take(size_t nbytes, Fresh* out, uintptr_t prefer = 0);
   // the buffer of `token` died: recycle it if it is one of ours
   bool release(int64_t token);
   // [(key, host data, device data, nbytes)] of every buffer still here; empties the table

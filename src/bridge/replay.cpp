@@ -383,7 +383,9 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       if (!donated[j]) {
         // a fresh pair from the pools; written in full (Residency.adopt marks it so)
         Outputs::Fresh b;
-        int64_t key = outputs.take(nbytes, &b);
+        if (pn.last_dev.size() != node.outputs.size()) pn.last_dev.assign(node.outputs.size(), 0);
+        int64_t key = outputs.take(nbytes, &b, pn.last_dev[j]);
+        pn.last_dev[j] = b.dev;
         auto& arr = *slots_[s_out].arr;
         arr.set_data(make_foreign_data(b.host, arr.nbytes(), key));
         dev[static_cast<uintptr_t>(key)] = b.dev;

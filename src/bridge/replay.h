@@ -56,6 +56,7 @@ struct PNode {
   std::vector<mx::Shape> out_shapes;
   std::vector<mx::Dtype> out_dtypes;   // is_equivalent may ignore them (ConvertFP8 does)
   std::vector<size_t> out_nbytes;
+  std::vector<uintptr_t> last_dev;   // per output: the fresh device buffer of the last replay
   std::vector<std::pair<int32_t, int32_t>> donate;   // (output, input)
   std::vector<std::pair<int64_t, int64_t>> written;  // per output; (-1,-1): all
   std::vector<PStep> steps;

@@ -182,3 +182,53 @@ def test_replays_launch_as_graphs_and_update_changed_nodes(null_runtime):
     assert all(p.program.has_graph for p in ev.programs.values())
     ev.drop_programs()
     assert not ev.programs
+
+
+def test_replays_keep_their_buffers_so_graph_nodes_stay_as_they_are(null_runtime):
+    # a decode loop drops each step's intermediates before the next step: the next replay
+    # asks the pool for the blocks its nodes had (Pool.alloc's prefer), so their kernel
+    # arguments, and the graph's nodes, stay the same; only nodes around the outputs still
+    # held (new blocks) get new arguments
+    from profile_engine import null_graph_api
+
+    from mlx_amd.runtime import bridge
+
+    ev, res = null_runtime.evaluator, null_runtime.residency
+    bridge.set_graph_api(*null_graph_api(ev.native))
+    ev.graphs = True
+    x = mx.array(np.ones((8, 64), np.float32))
+    c, h = mx.array(np.float32(1.5)), mx.array(np.float32(0.5))
+    ev.eval([x, c, h])
+    held = []
+
+    def steps(n):
+        for _ in range(n):
+            y = x
+            for _ in range(12):      # as step(), with the constant made once (a new scalar
+                y = y * c + h        # leaf per step is a new buffer, so new arguments)
+            outs = (y.sum(), y[1:3])
+            ev.eval(list(outs))
+            held.append(outs[0])     # the step's small result (mlx-lm's token) outlives it
+            if len(held) > 2:
+                held.pop(0)
+
+    steps(5)
+    core = res.device_pool.core
+    s0, p0 = bridge.graph_stats(), core.preferred
+    steps(8)
+    s1, p1 = bridge.graph_stats(), core.preferred
+    assert s1["launches"] - s0["launches"] == 8
+    per_launch = (s1["node_updates"] - s0["node_updates"]) / 8
+    assert per_launch <= 1, (s0, s1)                   # of 25 kernel nodes: the sum's, held
+    assert p1 - p0 == 8, (p0, p1)                      # the chain's buffer, every step
+    # the preferred block is only taken when cached and of the request's size class
+    blk = res.device_pool.alloc(1000)
+    other = res.device_pool.alloc(1000)
+    res.device_pool.free(blk)
+    d, size = core.alloc(5000, blk.data)               # another class: not that block
+    assert d != blk.data and size == 8192
+    core.free(d)
+    d2, _ = core.alloc(1000, blk.data)
+    assert d2 == blk.data
+    core.free(d2)
+    res.device_pool.free(other)
