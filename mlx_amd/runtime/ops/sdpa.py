@@ -48,7 +48,8 @@ DECODE_MAX_LQ = 8
 DECODE_ROWS = 4            # query rows per decode block (the kernels' R)
 DECODE_BLOCK = 256         # mlxa::sdpa::kDecodeBlock
 DECODE_BLOCKS_PER_CU = 4   # splits fill about this many blocks per CU
-DECODE_MIN_KEYS = 128      # keys per split at least (below: the combine costs more)
+DECODE_MIN_KEYS = 32       # keys per split at least (fewer: the combine costs more than it saves;
+                           # 128 left a 140-key llama-8b cache to 8 blocks: decode_defaults-h200.txt)
 DECODE_MAX_SPLITS = 1024
 ROWS_BLOCK = 256
 SCATTER_BLOCK = 256
