@@ -13,6 +13,8 @@ namespace {
 constexpr size_t kMinBlock = 256;
 constexpr size_t kSmallMax = size_t(1) << 20;
 constexpr size_t kLargePage = size_t(2) << 20;
+constexpr size_t kSlabMax = size_t(512) << 10;   // classes carved from slabs (memory.SLAB_MAX)
+constexpr size_t kSlabBytes = kLargePage;         // one slab (memory.SLAB_BYTES)
 
 std::vector<Outputs*>& registry() {   // live Outputs tables, for drain_freed()
   static auto* r = new std::vector<Outputs*>();
@@ -67,10 +69,15 @@ std::pair<uintptr_t, size_t> Pool::alloc(int64_t nbytes, uintptr_t prefer) {
     size = s;
   } else {
     ++misses;
-    auto ptr = nb::cast<uintptr_t>(miss_(nbytes, size));   // may raise MemoryError
-    ++driver_allocs;
+    uintptr_t slab = 0, ptr;
+    if (size <= kSlabMax) {
+      ptr = slot(nbytes, size, &slab);
+    } else {
+      ptr = nb::cast<uintptr_t>(miss_(nbytes, size));   // may raise MemoryError
+      ++driver_allocs;
+    }
     data = ptr + header_;
-    blocks_[data] = Blk{ptr, size, true, {}};
+    blocks_[data] = Blk{ptr, size, true, {}, slab};
   }
   active += static_cast<int64_t>(size);
   if (active > peak) peak = active;
@@ -90,6 +97,49 @@ void Pool::free(uintptr_t data) {
   if (cached > cache_limit) release(cached - cache_limit);
 }
 
+uintptr_t Pool::slot(int64_t nbytes, size_t size, uintptr_t* slab) {
+  auto o = open_.find(size);
+  if (o == open_.end() || o->second.empty()) {
+    // (miss_ may release cached blocks, which edits open_: look it up again after)
+    auto ptr = nb::cast<uintptr_t>(miss_(nbytes, kSlabBytes));   // may raise MemoryError
+    ++driver_allocs;
+    Slab s{size, 0, {}};
+    for (size_t off = kSlabBytes; off >= size; off -= size) s.free.push_back(ptr + off - size);
+    slack += static_cast<int64_t>(kSlabBytes);
+    slabs_.emplace(ptr, std::move(s));
+    o = open_.try_emplace(size).first;
+    o->second.push_back(ptr);
+  }
+  auto& open = o->second;
+  *slab = open.back();
+  auto& s = slabs_.at(*slab);
+  uintptr_t p = s.free.back();
+  s.free.pop_back();
+  ++s.used;
+  slack -= static_cast<int64_t>(size);
+  if (s.free.empty()) open.pop_back();
+  return p;
+}
+
+void Pool::unslot(const Blk& b) {
+  auto it = slabs_.find(b.slab);
+  auto& s = it->second;
+  s.free.push_back(b.ptr);
+  --s.used;
+  slack += static_cast<int64_t>(b.size);
+  auto& open = open_[s.size];
+  if (s.free.size() == 1) open.push_back(b.slab);
+  if (s.used == 0) {
+    open.erase(std::find(open.begin(), open.end(), b.slab));
+    if (open.empty()) open_.erase(s.size);
+    slack -= static_cast<int64_t>(kSlabBytes);
+    uintptr_t ptr = it->first;
+    slabs_.erase(it);
+    ++driver_frees;
+    raw_free_(ptr);
+  }
+}
+
 void Pool::release(int64_t nbytes) {
   while (nbytes > 0 && !lru_.empty()) {
     uintptr_t data = lru_.front();
@@ -103,8 +153,12 @@ void Pool::release(int64_t nbytes) {
     if (v.empty()) bins_.erase(bin);
     cached -= static_cast<int64_t>(b.size);
     nbytes -= static_cast<int64_t>(b.size);
-    ++driver_frees;
-    raw_free_(b.ptr);
+    if (b.slab) {
+      unslot(b);
+    } else {
+      ++driver_frees;
+      raw_free_(b.ptr);
+    }
   }
 }
 
@@ -189,6 +243,7 @@ void register_pool(nb::module_& m) {
       .def_rw("active", &Pool::active)
       .def_rw("peak", &Pool::peak)
       .def_ro("cached", &Pool::cached)
+      .def_ro("slack", &Pool::slack)
       .def_rw("limit", &Pool::limit)
       .def_rw("cache_limit", &Pool::cache_limit)
       .def_ro("hits", &Pool::hits)

@@ -1,11 +1,18 @@
 // The caching allocators' bookkeeping, and the fresh output buffers of a replay.
 //
 // runtime/memory.py states the policy (size classes, best fit bounded at twice
-// the request, least recently cached released first) and owns the driver calls:
-// a miss calls back into Python (limit, driver allocation, out-of-memory error),
-// and so does a release. Everything in between (a hit, a free) is native, so a
-// replayed step's outputs are allocated and recycled without entering Python
-// (DESIGN.md: Python keeps the policy, native code executes it).
+// the request, least recently cached released first, small classes carved from
+// slabs) and owns the driver calls: a miss that needs memory calls back into Python
+// (limit, driver allocation, out-of-memory error), and so does a release. Everything
+// in between (a hit, a free, a slot of a slab) is native, so a replayed step's
+// outputs are allocated and recycled without entering Python (DESIGN.md: Python
+// keeps the policy, native code executes it).
+//
+// Slabs: a block of a class up to kSlabMax is a slot of a kSlabBytes driver
+// allocation shared by blocks of that class. Releasing such a block (cache limit,
+// clear_cache) returns the slot to its slab, and the slab goes back to the driver
+// when none of its slots is in use: mlx-lm clears the cache after every prefill
+// chunk, and refilling it one driver call per small block cost ~10 ms a prefill.
 #pragma once
 
 #include <list>
@@ -37,6 +44,7 @@ class Pool {
 
   size_t header() const { return header_; }
   int64_t active = 0, peak = 0, cached = 0, limit = 0, cache_limit = 0;
+  int64_t slack = 0;       // free slots of slabs: held from the driver, neither active nor cached
   int64_t hits = 0, misses = 0, driver_allocs = 0, driver_frees = 0;
   int64_t preferred = 0;   // hits that were the block asked for
 
@@ -46,12 +54,23 @@ class Pool {
     size_t size;
     bool live;
     std::list<uintptr_t>::iterator lru;   // valid while cached
+    uintptr_t slab = 0;                   // the slab it is a slot of (0: its own allocation)
   };
+  struct Slab {
+    size_t size;                          // its class
+    size_t used = 0;                      // slots live or cached
+    std::vector<uintptr_t> free;          // free slots, lowest address last
+  };
+  // a slot of a slab of class `size` (a new slab from the driver when none has one free)
+  uintptr_t slot(int64_t nbytes, size_t size, uintptr_t* slab);
+  void unslot(const Blk& b);
   size_t header_;
   nb::callable miss_, raw_free_;
   std::unordered_map<uintptr_t, Blk> blocks_;     // data pointer -> block (live or cached)
   std::map<size_t, std::vector<uintptr_t>> bins_; // size class -> cached, most recent last
   std::list<uintptr_t> lru_;                      // cached, oldest first
+  std::unordered_map<uintptr_t, Slab> slabs_;     // driver pointer -> slab
+  std::map<size_t, std::vector<uintptr_t>> open_; // class -> slabs with a free slot
 };
 
 // Output buffers a replay attached to MLX arrays, until Python adopts them into

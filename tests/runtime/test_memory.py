@@ -6,8 +6,8 @@ import pytest
 
 from mlx_amd.runtime.driver.base import DriverError
 from mlx_amd.runtime.driver.host import HostDriver
-from mlx_amd.runtime.memory import (HOST_HEADER, LARGE_PAGE, MIN_BLOCK, SMALL_MAX, Block,
-                                    DevicePool, HostPool, round_size)
+from mlx_amd.runtime.memory import (HOST_HEADER, LARGE_PAGE, MIN_BLOCK, SLAB_BYTES, SLAB_MAX, SMALL_MAX,
+                                    Block, DevicePool, HostPool, round_size)
 
 MiB = 1 << 20
 
@@ -63,7 +63,7 @@ def held(drv):
 
 def check_consistent(pool, drv, live_blocks):
     assert pool.get_active_memory() == sum(b.size for b in live_blocks)
-    assert held(drv) == pool.get_active_memory() + pool.get_cache_memory()
+    assert held(drv) == pool.get_active_memory() + pool.get_cache_memory() + pool.stats()["slack"]
     assert pool.get_peak_memory() >= pool.get_active_memory()
 
 
@@ -97,7 +97,8 @@ def test_blocks_are_small_and_aligned():
     dp.clear_cache()
     hp.clear_cache()
     assert d.live_allocations() == 0
-    assert d.counters["host_alloc"] == 4 and d.counters["malloc"] == 3
+    # one slab per class (0 and 1 bytes share one on the host side, behind the header)
+    assert d.counters["host_alloc"] == 3 and d.counters["malloc"] == 3
 
 
 # --- caching ------------------------------------------------------------------------
@@ -137,19 +138,20 @@ def test_never_more_than_twice_the_request(pool, fake):
 
 
 def test_cache_limit_releases_least_recently_cached(pool, fake):
-    blocks = [pool.alloc(4096) for _ in range(4)]
-    assert pool.set_cache_limit(3 * 4096) == 1 << 36
+    S = 4 * MiB                               # large classes: a driver allocation each
+    blocks = [pool.alloc(S) for _ in range(4)]
+    assert pool.set_cache_limit(3 * S) == 1 << 36
     for b in blocks:
         pool.free(b)
-    assert fake.calls("free") == [("free", blocks[0].ptr, 4096)]
-    assert pool.get_cache_memory() == 3 * 4096
-    pool.alloc(4096)                          # takes the most recently cached one
-    pool.free(pool.alloc(256))
-    pool.set_cache_limit(4096)                # shrinking trims at once, oldest first
+    assert fake.calls("free") == [("free", blocks[0].ptr, S)]
+    assert pool.get_cache_memory() == 3 * S
+    pool.alloc(S)                             # takes the most recently cached one
+    pool.free(pool.alloc(3 * MiB // 2))       # 2 MiB class: a new block (4 MiB > twice 1.5)
+    pool.set_cache_limit(S)                   # shrinking trims at once, oldest first
     assert [e[1] for e in fake.calls("free")] == [blocks[0].ptr, blocks[1].ptr, blocks[2].ptr]
     pool.set_cache_limit(0)
     assert pool.get_cache_memory() == 0
-    b = pool.alloc(100)
+    b = pool.alloc(3 * MiB)
     pool.free(b)                              # caching off: straight back to the driver
     assert fake.calls("free")[-1][1] == b.ptr
 
@@ -165,8 +167,13 @@ def test_counters(pool, fake):
     pool.reset_peak_memory()
     assert pool.get_peak_memory() == 4096
     pool.clear_cache()
-    assert pool.get_cache_memory() == 0 and held(fake) == 4096
+    # a's slab stays: its other slots are slack, not cache
+    assert pool.get_cache_memory() == 0 and held(fake) == SLAB_BYTES
+    assert pool.stats()["slack"] == SLAB_BYTES - 4096
     check_consistent(pool, fake, [a])
+    pool.free(a)
+    pool.clear_cache()
+    assert held(fake) == 0 and pool.stats()["slack"] == 0
 
 
 def test_random_sequences_stay_consistent(fake):
@@ -190,19 +197,21 @@ def test_random_sequences_stay_consistent(fake):
 # --- limits and out of memory ------------------------------------------------------------
 
 def test_memory_limit_releases_cache_then_raises(pool, fake):
-    a = pool.alloc(64 * 1024)
-    c = pool.alloc(64 * 1024)
+    a = pool.alloc(4 * MiB)
+    c = pool.alloc(4 * MiB)
     pool.free(c)
-    assert pool.set_memory_limit(192 * 1024) == 1 << 36
-    b = pool.alloc(100 * 1024)               # 128 KiB class: fits only once the cache is released
-    assert pool.get_cache_memory() == 0 and ("free", c.ptr, 64 * 1024) in fake.log
+    assert pool.set_memory_limit(12 * MiB) == 1 << 36
+    b = pool.alloc(7 * MiB)                  # 8 MiB class: fits only once the cache is released
+    assert pool.get_cache_memory() == 0 and ("free", c.ptr, 4 * MiB) in fake.log
     state = (pool.get_active_memory(), pool.get_peak_memory(), held(fake))
     with pytest.raises(MemoryError) as e:
-        pool.alloc(70 * 1024)
+        pool.alloc(3 * MiB)
     msg = str(e.value)
-    assert "71680 bytes" in msg and "over the memory limit" in msg
-    assert "192.0 KiB active" in msg and "limit 192.0 KiB" in msg
+    assert "3145728 bytes" in msg and "(4.0 MiB block)" in msg and "over the memory limit" in msg
+    assert "12.0 MiB active" in msg and "limit 12.0 MiB" in msg
     assert (pool.get_active_memory(), pool.get_peak_memory(), held(fake)) == state
+    with pytest.raises(MemoryError, match=r"cannot allocate 1000 bytes \(2.0 MiB slab\)"):
+        pool.alloc(1000)                     # a small block needs a new slab: the same limit
     pool.free(b)
     check_consistent(pool, fake, [a])
 
@@ -226,7 +235,7 @@ def test_driver_oom_after_retry_is_a_memory_error(fake):
     fake.capacity = 10 * MiB
     pool = DevicePool(fake, limit=1 << 30)
     keep = pool.alloc(6 * MiB)
-    pool.free(pool.alloc(2 * MiB))
+    pool.free(pool.alloc(3 * MiB // 2))       # 2 MiB class: a new block (4 MiB > twice 1.5)
     before = (pool.get_active_memory(), pool.get_peak_memory())
     with pytest.raises(MemoryError) as e:
         pool.alloc(7 * MiB)
@@ -316,3 +325,55 @@ def test_real_device_oom_is_a_memory_error_and_the_pool_survives():
     pool.free(b)
     pool.free(keep)
     pool.clear_cache()
+
+
+# --- slabs ---------------------------------------------------------------------------
+
+def test_small_classes_share_slabs_and_a_slab_goes_back_when_unused(pool, fake):
+    per = SLAB_BYTES // 4096
+    blocks = [pool.alloc(3000) for _ in range(per + 1)]          # one slab full, one more begun
+    assert len(fake.calls("malloc")) == 2 and all(e[2] == SLAB_BYTES for e in fake.calls("malloc"))
+    assert len({b.ptr for b in blocks}) == len(blocks)
+    assert all(b.ptr % 4096 == 0 for b in blocks)                 # slots at multiples of their class
+    first = fake.calls("malloc")[0][1]
+    assert {b.ptr for b in blocks[:per]} == {first + k * 4096 for k in range(per)}
+    other = pool.alloc(SLAB_MAX)                                  # another class: its own slab
+    assert len(fake.calls("malloc")) == 3
+    for b in blocks[:per]:
+        pool.free(b)
+    pool.clear_cache()                                            # the full slab is unused: freed
+    assert fake.calls("free") == [("free", first, SLAB_BYTES)]
+    assert pool.get_cache_memory() == 0
+    again = pool.alloc(4000)                                      # a free slot of the open slab
+    assert len(fake.calls("malloc")) == 3
+    check_consistent(pool, fake, [blocks[per], other, again])
+    for b in (blocks[per], other, again):
+        pool.free(b)
+    pool.clear_cache()
+    assert held(fake) == 0 and pool.stats()["slack"] == 0
+    assert pool.stats()["driver_allocs"] == 3 and pool.stats()["driver_frees"] == 3
+
+
+def test_slabs_stay_consistent_under_random_use(fake):
+    pool = DevicePool(fake, limit=1 << 36)
+    rng = random.Random(9)
+    live = []
+    for step in range(4000):
+        r = rng.random()
+        if live and r < 0.45:
+            pool.free(live.pop(rng.randrange(len(live))))
+        elif r < 0.47:
+            pool.clear_cache()
+        elif r < 0.49:
+            pool.set_cache_limit(rng.choice([0, 64 * 1024, 1 << 36]))
+        else:
+            b = pool.alloc(rng.choice([rng.randrange(0, 2000), rng.randrange(0, SLAB_MAX), rng.randrange(0, 3 * MiB)]))
+            live.append(b)
+        if step % 97 == 0:
+            check_consistent(pool, fake, live)
+    ranges = sorted((b.ptr, b.ptr + b.size) for b in live)
+    assert all(e <= s for (_, e), (s, _) in zip(ranges, ranges[1:]))   # no two blocks overlap
+    for b in live:
+        pool.free(b)
+    pool.clear_cache()
+    assert held(fake) == 0 and pool.stats()["slack"] == 0
