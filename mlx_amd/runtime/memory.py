@@ -192,7 +192,7 @@ class Pool:
         return self.core.limit
 
     def set_memory_limit(self, limit: int) -> int:
-        """Cap on what the pool holds from the driver (active + cached); returns the old one.
+        """Cap on what the pool holds from the driver (active + cached + slack); returns the old one.
         Enforced at the next allocation, which first releases cache to fit."""
         old, self.core.limit = self.core.limit, _check_limit("memory", limit)
         return old
