@@ -92,6 +92,36 @@ MLXA_DEVICE uint32_t bits_at(const uint32_t* d, int i) {
   return v & ((1u << B) - 1u);
 }
 
+// Power-of-two widths: value i sits at bit shift_in_half(i) of a 16-bit half of its word;
+// masking it in place (no shift) gives q * 2^shift, so x is pre-scaled by 2^-shift
+// (exact) and the product is exactly x * q.
+template <int B>
+constexpr int shift_in_half(int i) { return (32 % B == 0) ? ((i % (32 / B)) % (16 / B)) * B : 0; }
+
+// sum_i xs[i] * q_i over one chunk (xs pre-scaled as above); 3 operations per value.
+template <int B, int CV>
+MLXA_DEVICE float affine_dot(const uint32_t* d, const float* xs) {
+  float acc = 0.0f;
+  if constexpr (32 % B == 0) {
+    constexpr int PW = 32 / B, PH = 16 / B;
+    constexpr uint32_t mask = (1u << B) - 1u;
+#pragma unroll
+    for (int j = 0; j < CV / PW; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t u = h ? d[j] >> 16 : d[j];
+#pragma unroll
+        for (int t = 0; t < PH; ++t)
+          acc = fmaf(xs[j * PW + h * PH + t], u16_to_float(u & (mask << (t * B))), acc);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < CV; ++i) acc = fmaf(xs[i], u16_to_float(bits_at<B>(d, i)), acc);
+  }
+  return acc;
+}
+
 // Alignment the vector path of a chunk of CW words needs (bytes).
 template <int CW>
 constexpr int chunk_align() { return CW % 4 == 0 ? 16 : (CW % 2 == 0 ? 8 : 4); }
@@ -138,54 +168,23 @@ MLXA_DEVICE long long batch_loc(unsigned i, int nd, const int64_t* shape, const 
 MLXA_DEVICE bool aligned(const void* p, int bytes) { return ((unsigned long long)p % (unsigned)bytes) == 0; }
 
 // sum over one chunk of x times its dequantized values, one term per row r < R: the
-// words wd[r], scale sc[r] and bias bi[r] of each row, x's CV raw values xr. Value by value
-// (x widened and used by every row at once): a float copy of the whole chunk would hold 2 CV
-// registers more, and registers decide how many waves hide this kernel's load latency.
+// words wd[r], scale sc[r] and bias bi[r] of each row, x's CV values at xf.
 template <typename T, int B, int Mode, int R>
 MLXA_DEVICE void qmv_chunk(float* acc, const uint32_t (*wd)[Fmt<Mode, B>::CW], const float* sc, const float* bi,
-                           const T* xr, const uint32_t* const* wre, const T* xre) {
+                           const float* xf, const uint32_t* const* wre, const T* xre) {
   using F = Fmt<Mode, B>;
   constexpr int CV = F::CV;
-  float dot[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) dot[r] = 0.0f;
   if constexpr (F::kBias) {
     // sum x (s q + b) = s sum x q + b sum x
-    float sx = 0.0f;
-    if constexpr (32 % B == 0) {
-      // power-of-two widths: value t of a 16-bit half sits at bit t * B; masked in place it
-      // reads q * 2^(t B), so x is pre-scaled by 2^-(t B) (exact); 3 operations per value
-      constexpr int PW = 32 / B, PH = 16 / B;
-      constexpr uint32_t mask = (1u << B) - 1u;
+    float sx = 0.0f, xs[CV];
 #pragma unroll
-      for (int j = 0; j < CV / PW; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int t = 0; t < PH; ++t) {
-            const float xf = (float)widen(xr[j * PW + h * PH + t]);
-            sx += xf;
-            const float xs = xf * (1.0f / (float)(1u << (t * B)));
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-              const uint32_t u = h ? wd[r][j] >> 16 : wd[r][j];
-              dot[r] = fmaf(xs, u16_to_float(u & (mask << (t * B))), dot[r]);
-            }
-          }
-        }
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < CV; ++i) {
-        const float xf = (float)widen(xr[i]);
-        sx += xf;
-#pragma unroll
-        for (int r = 0; r < R; ++r) dot[r] = fmaf(xf, u16_to_float(bits_at<B>(wd[r], i)), dot[r]);
-      }
+    for (int i = 0; i < CV; ++i) {
+      sx += xf[i];
+      xs[i] = xf[i] * (1.0f / (float)(1u << shift_in_half<B>(i)));
     }
     float part[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) part[r] = fmaf(sc[r], dot[r], bi[r] * sx);
+    for (int r = 0; r < R; ++r) part[r] = fmaf(sc[r], affine_dot<B, CV>(wd[r], xs), bi[r] * sx);
     if (!(fabsf(sx) <= 3.4028234663852886e38f)) {
       // an infinite or NaN x: MLX multiplies x by each dequantized weight, so inf * 0
       // never arises from q == 0; take its order of operations for this chunk
@@ -203,13 +202,12 @@ MLXA_DEVICE void qmv_chunk(float* acc, const uint32_t (*wd)[Fmt<Mode, B>::CW], c
     for (int r = 0; r < R; ++r) acc[r] += part[r];
   } else {
 #pragma unroll
-    for (int i = 0; i < CV; ++i) {
-      const float xf = (float)widen(xr[i]);
+    for (int r = 0; r < R; ++r) {
+      float d = 0.0f;
 #pragma unroll
-      for (int r = 0; r < R; ++r) dot[r] = fmaf(xf, F::value(bits_at<B>(wd[r], i)), dot[r]);
+      for (int i = 0; i < CV; ++i) d = fmaf(xf[i], F::value(bits_at<B>(wd[r], i)), d);
+      acc[r] += sc[r] * d;
     }
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] += sc[r] * dot[r];
   }
 }
 
@@ -265,7 +263,7 @@ MLXA_DEVICE void qmv_steps(float* acc, const QmvRows<T, S>& q, const long long* 
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const long long c = c0 + u * step;
-    float sc[R], bi[R];
+    float sc[R], bi[R], xf[CV];
     const uint32_t* wre[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -273,7 +271,9 @@ MLXA_DEVICE void qmv_steps(float* acc, const QmvRows<T, S>& q, const long long* 
       bi[r] = F::kBias ? (float)widen(br[u][r]) : 0.0f;
       wre[r] = q.w + rn[r] * q.w_row + c * CW;
     }
-    qmv_chunk<T, B, Mode, R>(acc, wd[u], sc, bi, xr[u], wre, q.x + c * CV);
+#pragma unroll
+    for (int i = 0; i < CV; ++i) xf[i] = (float)widen(xr[u][i]);
+    qmv_chunk<T, B, Mode, R>(acc, wd[u], sc, bi, xf, wre, q.x + c * CV);
   }
 }
 
