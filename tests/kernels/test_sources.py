@@ -185,3 +185,18 @@ def test_platform_macros_per_arch(arch):
     assert macros["MLXA_HAS_MFMA"] == str(int(kt.has_mfma(arch)))
     assert macros["MLXA_HAS_WMMA"] == str(int(kt.has_wmma(arch)))
     assert macros["MLXA_PLATFORM_AMD"] == "1" and macros["MLXA_PLATFORM_NVIDIA"] == "0"
+
+
+def test_resource_report_covers_every_family():
+    # docs/kernel-resources.md is generated from the built objects (build_kernels.py report);
+    # a family added or rebuilt without regenerating it leaves the report silent about it
+    import json
+
+    with open(os.path.join(REPO, "docs", "kernel-resources.json")) as f:
+        rep = json.load(f)
+    fams = set(kt.families())
+    for target, entry in rep["targets"].items():
+        assert set(entry["families"]) == fams, (
+            f"docs/kernel-resources.json, {target}: families {sorted(set(entry['families']) ^ fams)} differ "
+            f"from the kernel table; run python build_kernels.py report --markdown docs/kernel-resources.md "
+            f"--json docs/kernel-resources.json")
