@@ -99,7 +99,7 @@ def main():
     ap.add_argument("--shapes", default="llama-1b,llama-8b")
     ap.add_argument("--quant", default="0", help="comma list of bits: 0 = bf16, 4 = 4-bit g64")
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--prompt", type=int, default=512, help="prompt tokens (issue 9 measures prefill at 512)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=2)
     a = ap.parse_args()
