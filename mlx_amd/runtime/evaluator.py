@@ -200,8 +200,10 @@ class Evaluator:
             ok, why = False, f"{type(e).__name__}: {e}"
         self.graphs, self.graphs_selftest = ok, False
         if not ok:
+            hint = "MLX_AMD_GRAPHS=1 forces graphs" if self.driver.platform == "nvidia" else \
+                "graphs stay off on this driver; MLX_AMD_GRAPHS=0 skips the test"
             warnings.warn(f"mlx-amd: the {self.driver.platform.upper()} graph self-test failed ({why}); "
-                          "using eager launches (MLX_AMD_GRAPHS=1 forces graphs)", RuntimeWarning, stacklevel=2)
+                          f"using eager launches ({hint})", RuntimeWarning, stacklevel=2)
         return ok
 
     # ------------------------------------------------------------------ public
