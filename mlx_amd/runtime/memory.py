@@ -1,11 +1,11 @@
 """Caching memory pools for device and host buffers.
 
 One pool class serves every kind of memory; the subclasses only choose the driver
-calls and how many bytes of slack sit in front of the data:
+calls and how many bytes sit in front of the data (a header):
 
 - ``DevicePool``: ``driver.malloc`` (or ``malloc_managed``), data at the block start.
 - ``HostPool``: host buffers that MLX will own. MLX's CPU build keeps an 8-byte size
-  header right before the data, so each block has 256 bytes of slack in front and
+  header right before the data, so each block has a 256-byte header in front and
   ``block.data = block.ptr + 256`` stays 256-byte aligned. Pinned memory
   (``driver.host_alloc``) on discrete GPUs, managed memory in unified mode.
 
@@ -41,7 +41,7 @@ SMALL_MAX = 1 << 20          # up to here: powers of two
 LARGE_PAGE = 2 << 20         # above: multiples of this
 SLAB_MAX = 512 << 10         # classes up to here are slots of a slab (src/bridge/pool.cpp)
 SLAB_BYTES = LARGE_PAGE      # one slab
-HOST_HEADER = 256            # slack in front of host data; MLX's size header sits at data - 8
+HOST_HEADER = 256            # bytes in front of host data; MLX's size header sits at data - 8
 
 # Default memory limit as a fraction of the memory the pool draws on. A discrete GPU's
 # memory is ours apart from what vendor libraries (GEMM workspaces) and the driver take;
@@ -232,7 +232,7 @@ class DevicePool(Pool):
 
 
 class HostPool(Pool):
-    """Buffers MLX will own: 256 bytes of slack before ``data`` for MLX's size header.
+    """Buffers MLX will own: a 256-byte header before ``data`` for MLX's size header.
 
     ``managed=False``: pinned host memory (discrete GPUs; limit from system memory).
     ``managed=True``: one managed allocation that host and device both address
