@@ -10,27 +10,13 @@
 //   /tmp/sw/sweep            # kernels back to back;  ISOLATED=1: one launch at a time
 //
 // (the empty .inc files stand in for the generated instantiation lists).
-#include <cuda_runtime.h>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <vector>
-#include <cmath>
-#include <random>
-#include <algorithm>
-
 #include "gemv.hip"
 #include "quantized.hip"
-
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
-
-using bf = mlxa::bfloat16;
+#include "matvec_bench.cuh"
 
 template <int R, int U> __global__ void __launch_bounds__(128) gv_new(GemvArgs a) { mlxa::gemv<bf, 32, R, U>(a); }
 template <int R, int U> __global__ void __launch_bounds__(128) qv_new(QmvArgs a) { mlxa::q::qmv<bf, 4, mlxa::q::kAffine, 32, R, U>(a); }
 template <int R, int U> __global__ void __launch_bounds__(128) qv8_new(QmvArgs a) { mlxa::q::qmv<bf, 8, mlxa::q::kAffine, 32, R, U>(a); }
-
-__device__ float bf2f(bf v) { return (float)mlxa::widen(v); }
 
 __global__ void ref_gemv(const bf* w, const bf* x, double* y, long long N, long long K) {
   long long n = blockIdx.x * (long long)blockDim.x + threadIdx.x;
@@ -39,88 +25,8 @@ __global__ void ref_gemv(const bf* w, const bf* x, double* y, long long N, long 
   for (long long k = 0; k < K; ++k) s += (double)bf2f(w[n * K + k]) * (double)bf2f(x[k]);
   y[n] = s;
 }
-__global__ void ref_qmv(const uint32_t* w, const bf* sc, const bf* bi, const bf* x, double* y, long long N, long long K, int bits) {
-  long long n = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (n >= N) return;
-  double s = 0;
-  const long long wr = K * bits / 32, gr = K / 64;
-  for (long long k = 0; k < K; ++k) {
-    long long bit = k * bits;
-    uint32_t q = (w[n * wr + bit / 32] >> (bit % 32)) & ((1u << bits) - 1);
-    float wv = bf2f(sc[n * gr + k / 64]) * (float)q + bf2f(bi[n * gr + k / 64]);
-    s += (double)wv * (double)bf2f(x[k]);
-  }
-  y[n] = s;
-}
-
-static float copy_bw(void* a, void* b, size_t bytes) {
-  cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-  for (int i = 0; i < 3; ++i) CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
-  cudaEventRecord(e0);
-  for (int i = 0; i < 20; ++i) CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
-  cudaEventRecord(e1); cudaEventSynchronize(e1);
-  float ms; cudaEventElapsedTime(&ms, e0, e1);
-  return 2.0 * bytes * 20 / (ms * 1e-3) / 1e9;
-}
-
-static std::vector<float> to_host_bf(const bf* d, size_t n) {
-  std::vector<uint16_t> h(n); CK(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));
-  std::vector<float> f(n);
-  for (size_t i = 0; i < n; ++i) { uint32_t u = (uint32_t)h[i] << 16; memcpy(&f[i], &u, 4); }
-  return f;
-}
-
-__global__ void fill_bf(bf* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed; h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15;
-    float v = ((h & 0xffff) / 65536.0f - 0.5f) * scale;
-    uint32_t u; memcpy(&u, &v, 4);
-    p[i] = bf{(unsigned short)(u >> 16)};
-  }
-}
-__global__ void fill_u32(uint32_t* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 2246822519u ^ seed; h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15; p[i] = h;
-  }
-}
-
 typedef void (*GvK)(GemvArgs);
 typedef void (*QvK)(QmvArgs);
-
-struct Res { float us, gbs, err; };
-
-template <typename Args, typename K, typename Fill>
-static Res time_it(K kern, dim3 grid, int copies, Fill args_for, size_t bytes, const bf* y0, const double* yref, long long N) {
-  cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-  for (int i = 0; i < copies; ++i) kern<<<grid, 128>>>(args_for(i));
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  const int reps = 200;
-  cudaEventRecord(e0);
-  for (int i = 0; i < reps; ++i) kern<<<grid, 128>>>(args_for(i % copies));
-  cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
-  float ms; cudaEventElapsedTime(&ms, e0, e1);
-  float us = ms * 1e3f / reps;
-  if (getenv("ISOLATED")) {
-    std::vector<float> t;
-    for (int i = 0; i < 50; ++i) {
-      cudaEventRecord(e0);
-      kern<<<grid, 128>>>(args_for(i % copies));
-      cudaEventRecord(e1); cudaEventSynchronize(e1);
-      float m; cudaEventElapsedTime(&m, e0, e1); t.push_back(m * 1e3f);
-    }
-    std::sort(t.begin(), t.end());
-    us = t[t.size() / 2];
-  }
-  // check copy 0's output
-  kern<<<grid, 128>>>(args_for(0));
-  CK(cudaDeviceSynchronize());
-  std::vector<float> got = to_host_bf(y0, N);
-  std::vector<double> ref(N); CK(cudaMemcpy(ref.data(), yref, N * 8, cudaMemcpyDeviceToHost));
-  double num = 0, den = 0;
-  for (long long i = 0; i < N; ++i) { num = fmax(num, fabs(got[i] - ref[i])); den = fmax(den, fabs(ref[i])); }
-  return {us, (float)(bytes / (us * 1e-6) / 1e9), (float)(num / (den + 1e-30))};
-}
 
 int main() {
   size_t pool = 1ull << 30;   // weight copies cycled through: nothing stays in the 50 MB L2
@@ -155,7 +61,7 @@ int main() {
     for (auto& v : vs)
       for (int ks = 1; ks <= 4; ks *= 2) {
         long long grid = (s.N + (4 / ks) * v.R - 1) / ((4 / ks) * v.R);
-        Res r = time_it<GemvArgs>(v.k, dim3(grid), copies, [&](int i) { return args(i, ks); }, bytes, y, yref, s.N);
+        Res r = measure([&](int i) { v.k<<<dim3(grid), 128>>>(args(i, ks)); }, copies, bytes, y, yref, s.N);
         printf("  R%d U%d ks%d     %8.2f us %7.1f GB/s %.3f roof  err %.1e\n", v.R, v.U, ks, r.us, r.gbs, r.gbs / roof, r.err);
       }
   }
@@ -190,7 +96,7 @@ int main() {
       for (auto& v : (bits == 4 ? v4 : v8))
         for (int ks = 1; ks <= 4; ks *= 2) {
           long long grid = (s.N + (4 / ks) * v.R - 1) / ((4 / ks) * v.R);
-          Res r = time_it<QmvArgs>(v.k, dim3(grid), copies, [&](int i) { return args(i, ks); }, bytes, y, yref, s.N);
+          Res r = measure([&](int i) { v.k<<<dim3(grid), 128>>>(args(i, ks)); }, copies, bytes, y, yref, s.N);
           printf("  R%d U%d ks%d     %8.2f us %7.1f GB/s %.3f roof  err %.1e\n", v.R, v.U, ks, r.us, r.gbs, r.gbs / roof, r.err);
         }
     }

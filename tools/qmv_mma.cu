@@ -22,20 +22,10 @@
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -I hip_kernels/include \
 //        -I /tmp/sw -I hip_kernels tools/qmv_mma.cu -o /tmp/sw/qmv_mma    (touch /tmp/sw/quantized.inc)
 //   /tmp/sw/qmv_mma          # back to back, weights cycled through 1 GiB;  ISOLATED=1: one at a time
-#include <cuda_runtime.h>
 #include <cuda_bf16.h>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <vector>
-#include <cmath>
-#include <algorithm>
 
 #include "quantized.hip"
-
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
-
-using bf = mlxa::bfloat16;
+#include "matvec_bench.cuh"
 
 struct MmaArgs {
   const uint32_t* w;      // N rows of K/8 words
@@ -156,85 +146,6 @@ __global__ void __launch_bounds__(128) qmv_mma(MmaArgs a) {
 // The package's qmv at its chosen shape, for the same data.
 __global__ void __launch_bounds__(128) qmv_pkg(QmvArgs a) { mlxa::q::qmv<bf, 4, mlxa::q::kAffine, 32>(a); }
 
-__device__ float bf2f(bf v) { return (float)mlxa::widen(v); }
-
-__global__ void ref_qmv(const uint32_t* w, const bf* sc, const bf* bi, const bf* x, double* y, long long N, long long K) {
-  long long n = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (n >= N) return;
-  double s = 0;
-  const long long wr = K / 8, gr = K / 64;
-  for (long long k = 0; k < K; ++k) {
-    uint32_t q = (w[n * wr + k / 8] >> (4 * (k % 8))) & 15u;
-    float wv = bf2f(sc[n * gr + k / 64]) * (float)q + bf2f(bi[n * gr + k / 64]);
-    s += (double)wv * (double)bf2f(x[k]);
-  }
-  y[n] = s;
-}
-
-__global__ void fill_bf(bf* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed * 40503u;
-    h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15;
-    p[i] = mlxa::cast<bf>(((float)(h & 0xFFFF) / 32768.0f - 1.0f) * scale);
-  }
-}
-__global__ void fill_u32(uint32_t* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 2246822519u ^ seed * 3266489917u;
-    h ^= h >> 15; h *= 0x2c1b3c6du; h ^= h >> 12;
-    p[i] = h;
-  }
-}
-
-static float copy_bw(void* a, void* b, size_t bytes) {
-  cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-  for (int i = 0; i < 3; ++i) CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
-  cudaEventRecord(e0);
-  for (int i = 0; i < 20; ++i) CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
-  cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
-  float ms; cudaEventElapsedTime(&ms, e0, e1);
-  return 2.0f * bytes * 20 / (ms * 1e-3f) / 1e9f;
-}
-
-struct Res { float us, gbs, err; };
-
-template <typename Launch>
-static Res measure(Launch run, int copies, size_t bytes, const bf* y, const double* yref, long long N) {
-  cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-  for (int i = 0; i < copies; ++i) run(i);
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  const int reps = 200;
-  cudaEventRecord(e0);
-  for (int i = 0; i < reps; ++i) run(i % copies);
-  cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
-  float ms; cudaEventElapsedTime(&ms, e0, e1);
-  float us = ms * 1e3f / reps;
-  if (getenv("ISOLATED")) {
-    std::vector<float> ts;
-    for (int i = 0; i < 50; ++i) {
-      cudaEventRecord(e0); run(i % copies); cudaEventRecord(e1); cudaEventSynchronize(e1);
-      float m; cudaEventElapsedTime(&m, e0, e1); ts.push_back(m * 1e3f);
-    }
-    std::sort(ts.begin(), ts.end());
-    us = ts[ts.size() / 2];
-  }
-  run(0);
-  CK(cudaDeviceSynchronize());
-  std::vector<unsigned short> raw(N);
-  CK(cudaMemcpy(raw.data(), y, N * 2, cudaMemcpyDeviceToHost));
-  std::vector<double> ref(N);
-  CK(cudaMemcpy(ref.data(), yref, N * 8, cudaMemcpyDeviceToHost));
-  double num = 0, den = 0;
-  for (long long i = 0; i < N; ++i) {
-    uint32_t b = (uint32_t)raw[i] << 16;
-    float f; memcpy(&f, &b, 4);
-    num = fmax(num, fabs(f - ref[i]));
-    den = fmax(den, fabs(ref[i]));
-  }
-  return {us, (float)(bytes / (us * 1e-6) / 1e9), (float)(num / (den + 1e-30))};
-}
-
 int main() {
   size_t pool = 1ull << 30;   // weight copies cycled through: nothing stays in the 50 MB L2
   void *pa, *pb;
@@ -259,7 +170,7 @@ int main() {
     fill_u32<<<1024, 256>>>(w, wbytes / 4 * copies, 5);
     fill_bf<<<1024, 256>>>(sc, gbytes / 2 * copies, 3, 0.02f);
     fill_bf<<<1024, 256>>>(bi, gbytes / 2 * copies, 9, 0.2f);
-    ref_qmv<<<(s.N + 127) / 128, 128>>>(w, sc, bi, x, yref, s.N, s.K);
+    ref_qmv<<<(s.N + 127) / 128, 128>>>(w, sc, bi, x, yref, s.N, s.K, 4);
     CK(cudaDeviceSynchronize());
     printf("qmv 4-bit g64 bf16 %dx%d (%s) %.1f MB x%d\n", s.N, s.K, s.what, bytes / 1e6, copies);
     // the package's kernel, k split as plan.ksplit would choose among 1/2/4 (all three shown)
