@@ -51,7 +51,7 @@ class Gemm:
 
 
 _lock = threading.Lock()
-_engines: dict = {}        # id(driver) -> (driver, {name: engine or the error it raised}[, usable engines])
+_engines: dict = {}        # id(driver) -> (driver, {name: engine or the error it raised}, usable engines)
 _warned: set = set()
 
 
@@ -63,34 +63,34 @@ def _factories(platform: str) -> list:
     return [("lt", LtEngine), ("rocblas", RocblasEngine)]
 
 
+def _open(ctx) -> tuple:
+    """Every engine of ctx's driver, or the error that kept it from opening (reported once)."""
+    drv, made, usable = ctx.driver, {}, []
+    for name, make in _factories(drv.platform):
+        try:
+            eng = make(drv, ctx.residency.device_pool)
+        except DriverUnavailable as e:
+            made[name] = e
+            if name not in _warned:
+                _warned.add(name)
+                warnings.warn(f"mlx-amd: GEMM library unavailable, using the portable kernel: {e}",
+                              RuntimeWarning, stacklevel=4)
+            continue
+        made[name] = eng
+        usable.append(eng)
+    return drv, made, usable
+
+
 def engines(ctx) -> list:
-    """The usable engines for ctx's driver, created on first use (missing ones skipped)."""
+    """The usable engines for ctx's driver, opened on its first use (missing ones skipped)."""
     drv = ctx.driver
     rec = _engines.get(id(drv))
-    if rec is not None and rec[0] is drv and len(rec) == 3:
-        return rec[2]         # every engine resolved already (no lock: a finished record)
-    with _lock:
-        rec = _engines.get(id(drv))
-        if rec is None or rec[0] is not drv:
-            rec = _engines[id(drv)] = (drv, {})
-        out = []
-        for name, make in _factories(drv.platform):
-            eng = rec[1].get(name)
-            if eng is None:
-                try:
-                    eng = make(drv, ctx.residency.device_pool)
-                except DriverUnavailable as e:
-                    eng = e
-                rec[1][name] = eng
-            if isinstance(eng, Exception):
-                if name not in _warned:
-                    _warned.add(name)
-                    warnings.warn(f"mlx-amd: GEMM library unavailable, using the portable kernel: {eng}",
-                                  RuntimeWarning, stacklevel=3)
-                continue
-            out.append(eng)
-        _engines[id(drv)] = (drv, rec[1], out)
-        return out
+    if rec is None or rec[0] is not drv:
+        with _lock:
+            rec = _engines.get(id(drv))
+            if rec is None or rec[0] is not drv:
+                rec = _engines[id(drv)] = _open(ctx)
+    return rec[2]
 
 
 def run(ctx, g: Gemm, a: int, b: int, c: int, d: int, stream) -> bool:
@@ -111,10 +111,9 @@ def run(ctx, g: Gemm, a: int, b: int, c: int, d: int, stream) -> bool:
 
 def close_all() -> None:
     with _lock:
-        for rec in _engines.values():
-            for e in rec[1].values():
-                if not isinstance(e, Exception):
-                    e.close()
+        for _, _, usable in _engines.values():
+            for e in usable:
+                e.close()
         _engines.clear()
 
 
