@@ -68,7 +68,10 @@ uint32_t Graph::add_slot(const mx::array& a, int32_t producer) {
 
 Graph::Graph(const std::vector<mx::array>& outputs, bool async) {
   std::unordered_map<std::uintptr_t, uint32_t> ids;
-  ids.reserve(64);
+  // a decode step is ~1000 slots: no rehash or slot move on the way there
+  ids.reserve(1024);
+  slots_.reserve(1024);
+  nodes_.reserve(512);
   // (slot of the array that carries the primitive, next input to visit)
   std::vector<std::pair<uint32_t, size_t>> stack;
 
@@ -113,10 +116,15 @@ Graph::Graph(const std::vector<mx::array>& outputs, bool async) {
     // All outputs of the primitive get their slots now, so that siblings met
     // later are known; the node itself is emitted in post-order.
     uint32_t self = 0;
-    for (const auto& o : a.outputs()) {
-      uint32_t s = add_slot(o, -2);
-      ids.emplace(o.id(), s);
-      if (o.id() == a.id()) self = s;
+    if (a.siblings().empty()) {   // the usual case: no outputs() vector to build
+      self = add_slot(a, -2);
+      ids.emplace(a.id(), self);
+    } else {
+      for (const auto& o : a.outputs()) {
+        uint32_t s = add_slot(o, -2);
+        ids.emplace(o.id(), s);
+        if (o.id() == a.id()) self = s;
+      }
     }
     stack.emplace_back(self, 0);
     return self;
@@ -138,7 +146,11 @@ Graph::Graph(const std::vector<mx::array>& outputs, bool async) {
       node.prim = &prim_info(a.primitive());
       node.inputs.reserve(ins.size());
       for (const auto& in : ins) node.inputs.push_back(ids.at(in.id()));
-      for (const auto& out : a.outputs()) node.outputs.push_back(ids.at(out.id()));
+      if (a.siblings().empty()) {
+        node.outputs.push_back(sid);
+      } else {
+        for (const auto& out : a.outputs()) node.outputs.push_back(ids.at(out.id()));
+      }
       auto n = static_cast<uint32_t>(nodes_.size());
       for (auto s_out : node.outputs) slots_[s_out].producer = n;
       // Each output's descriptor keeps its own copy of the input list.

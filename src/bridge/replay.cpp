@@ -234,6 +234,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
   std::vector<Rebound> rebound;   // this node's steps at its current shapes, if rebound
   std::vector<uintptr_t> in_ptrs, out_ptrs, ptrs;
   std::vector<char> donated;
+  std::vector<uintptr_t> taken_keys;
   std::string blob;
 
   auto address = [&](const mx::array& a, uintptr_t* out) {
@@ -351,7 +352,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     // outputs: take over a donatable input, else a buffer allocated for us
     out_ptrs.assign(node.outputs.size(), 0);
     donated.assign(node.outputs.size(), 0);
-    std::vector<uintptr_t> taken_keys;
+    taken_keys.clear();
     for (size_t j = 0; j < node.outputs.size(); ++j) {
       auto s_out = node.outputs[j];
       size_t nbytes = pn.out_nbytes[j];
