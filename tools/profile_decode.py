@@ -21,6 +21,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--bits", type=int, default=0)
     ap.add_argument("--top", type=int, default=35)
+    ap.add_argument("--prompt", type=int, default=128, help="prompt tokens")
+    ap.add_argument("--sort", default="tottime", help="pstats order: tottime, cumulative, ...")
     ap.add_argument("--no-profile", action="store_true", help="time only")
     ap.add_argument("--prefill", action="store_true",
                     help="profile five prompts' time to the first token (fresh caches) instead")
@@ -41,7 +43,7 @@ def main():
     mlx_amd.enable()
     ev = get_runtime().evaluator
     model = llm.random_model(a.shape, "bfloat16", quantize=a.bits)
-    prompt = mx.random.randint(0, model.args.vocab_size, (128,), key=mx.random.key(1))
+    prompt = mx.random.randint(0, model.args.vocab_size, (a.prompt,), key=mx.random.key(1))
     llm.generate(model, prompt, 8)
     mlx_amd.stats(reset=True)
     r0, p0 = ev.replays, ev.replay_python
@@ -66,7 +68,8 @@ def main():
         print(f"{a.shape}: time to first token of a {prompt.size}-token prompt, five runs: "
               + ", ".join(f"{x * 1e3:.2f}" for x in ttfts) + " ms")
         if not a.no_profile:
-            pstats.Stats(pr).sort_stats("tottime").print_stats(a.top)
+            pstats.Stats(pr).sort_stats(a.sort).print_stats(a.top)
+        print("nodes a replay handed back to Python:", py_prims.most_common(12))
         return
     toks, ttft, rest = llm.generate(model, prompt, a.tokens)
     pr.disable()
@@ -80,7 +83,7 @@ def main():
     print("plans cached:", len(ev.plans))
     print("nodes a replay handed back to Python:", py_prims.most_common(12))
     if not a.no_profile:
-        pstats.Stats(pr).sort_stats("tottime").print_stats(a.top)
+        pstats.Stats(pr).sort_stats(a.sort).print_stats(a.top)
 
 
 if __name__ == "__main__":

@@ -41,9 +41,6 @@ from .plan import Memset as _Memset
 
 SMALL_LEAF = 256   # bytes: leaves up to this size are prefetched together (_prefetch_small)
 MAX_PLANS = 8192   # node plans kept (decode steps make a new one per KV length)
-# a replay allocates every output of the graph before it runs (freed ones come back only
-# after it): graphs whose outputs add up to more stay on the node-by-node path
-REPLAY_BYTES = int(os.environ.get("MLX_AMD_REPLAY_BYTES", str(256 << 20)))
 
 # primitive class name -> family launcher module, built once from the launchers' own tables
 DISPATCH = dispatch_table()
@@ -420,8 +417,6 @@ class Evaluator:
 
     # ------------------------------------------------------------------- replay
     def _keep(self, prog):
-        if sum(prog.buffer_sizes()) > REPLAY_BYTES:
-            return
         kinds = prog.kinds()
         if not any(k == "gpu" for _, k in kinds):
             return

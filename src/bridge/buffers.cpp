@@ -101,6 +101,34 @@ std::vector<int64_t> drain_freed() {
   return out;
 }
 
+void recycle_freed(Outputs& outs) {
+  auto& r = reg();
+  std::vector<int64_t> mine;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (r.freed.empty()) return;
+    auto keep = r.freed.begin();
+    for (auto t : r.freed) {
+      if (outs.has(t)) {
+        mine.push_back(t);
+      } else {
+        *keep++ = t;
+      }
+    }
+    r.freed.erase(keep, r.freed.end());
+  }
+  for (size_t i = 0; i < mine.size(); ++i) {
+    try {
+      outs.release(mine[i]);
+    } catch (...) {
+      // a pool callback failed: what is left waits for the next drain instead of leaking
+      std::lock_guard<std::mutex> lock(r.mu);
+      r.freed.insert(r.freed.begin(), mine.begin() + static_cast<std::ptrdiff_t>(i) + 1, mine.end());
+      throw;
+    }
+  }
+}
+
 std::pair<int64_t, int64_t> live_buffers() {
   auto& r = reg();
   std::lock_guard<std::mutex> lock(r.mu);

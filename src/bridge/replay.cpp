@@ -297,6 +297,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     if (pn.kind == PKind::View && pn.type == &typeid(prim)) {
       if (try_view(n)) {
         finish(n);
+        recycle_freed(outputs);
       } else {
         python(n, false);
       }
@@ -438,6 +439,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       }
     }
     finish(n);
+    recycle_freed(outputs);   // the intermediates that just died serve the next nodes
   }
   } catch (...) {
     // nodes already finished must not stay without their kernels: issue what was collected

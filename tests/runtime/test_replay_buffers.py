@@ -236,3 +236,33 @@ def test_replays_keep_their_buffers_so_graph_nodes_stay_as_they_are(null_runtime
     assert d2 == blk.data
     core.free(d2)
     res.device_pool.free(other)
+
+
+def test_a_replay_reuses_dead_intermediates_like_the_node_by_node_path(null_runtime):
+    # a prefill-like chain of large intermediates, each dead once the next node has run (the
+    # casts change the size, so no output can take over its input): a replay recycles them
+    # as it goes (bridge recycle_freed), so its peak is the node-by-node path's, not the sum
+    # of every output (which kept 512-token prefills off the replay path before)
+    ev, res = null_runtime.evaluator, null_runtime.residency
+    core = res.device_pool.core
+    x = mx.array(np.ones((1024, 1024), np.float32))   # 4 MiB, 2 MiB as float16
+    ev.eval([x])
+
+    def run():
+        y = x
+        for _ in range(16):
+            y = mx.exp(y.astype(mx.float16)).astype(mx.float32)
+        s = y.sum()
+        ev._reap()               # the previous run's buffers back in the pool
+        core.peak = base = core.active
+        ev.eval([s])
+        return core.peak - base
+
+    node_by_node = [run(), run()]          # first sighting, recording
+    r0 = ev.replays
+    replayed = [run(), run(), run()]
+    assert ev.replays - r0 == 3
+    mib = 1 << 20
+    assert max(node_by_node) <= 16 * mib, node_by_node
+    # the same few live blocks, not 48 intermediates (160 MiB)
+    assert max(replayed) <= max(node_by_node), (node_by_node, replayed)
