@@ -56,6 +56,7 @@ struct PrimInfo {
   std::string cname;                         // the same, for messages
   nb::object (*params)(mx::Primitive&);      // nullptr: no state() accessor
   ViewKind view;
+  size_t type_hash;                          // typeid(...).hash_code(), for fingerprints
 };
 
 // Per dynamic type, cached by std::type_info address.

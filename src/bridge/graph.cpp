@@ -1,5 +1,6 @@
 // Graph walk and per-node services. See graph.h and bridge.py for the API.
 #include "graph.h"
+#include "flatmap.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -67,17 +68,15 @@ uint32_t Graph::add_slot(const mx::array& a, int32_t producer) {
 }
 
 Graph::Graph(const std::vector<mx::array>& outputs, bool async) {
-  std::unordered_map<std::uintptr_t, uint32_t> ids;
+  FlatMap<uint32_t> ids(1024);
   // a decode step is ~1000 slots: no rehash or slot move on the way there
-  ids.reserve(1024);
   slots_.reserve(1024);
   nodes_.reserve(512);
   // (slot of the array that carries the primitive, next input to visit)
   std::vector<std::pair<uint32_t, size_t>> stack;
 
   auto visit = [&](const mx::array& a) -> uint32_t {
-    auto it = ids.find(a.id());
-    if (it != ids.end()) return it->second;
+    if (const uint32_t* known = ids.find(a.id())) return *known;
     if (a.status() != mx::array::Status::unscheduled) {
       // Evaluated by MLX (or by us earlier): a leaf. It may still be in
       // flight on MLX's CPU stream; wait until its data is readable.
@@ -177,8 +176,7 @@ Graph::Graph(const std::vector<mx::array>& outputs, bool async) {
   };
   mix(slots_.size());
   for (auto& node : nodes_) {
-    const mx::array& a = *slots_[node.outputs[0]].arr;
-    mix(typeid(a.primitive()).hash_code());
+    mix(node.prim->type_hash);   // cached per type: no second visit of MLX's arrays
     mix(node.inputs.size());
     for (auto s : node.inputs) mix(s);
     mix(node.outputs.size());

@@ -187,7 +187,7 @@ const PrimInfo& prim_info(mx::Primitive& p) {
   PyObject* s = PyUnicode_FromStringAndSize(name.data(), name.size());
   if (!s) throw nb::python_error();
   PyUnicode_InternInPlace(&s);
-  PrimInfo info{nb::steal<nb::str>(s), name, nullptr, ViewKind::None};
+  PrimInfo info{nb::steal<nb::str>(s), name, nullptr, ViewKind::None, ti->hash_code()};
   auto e = table().find(name);
   if (e != table().end()) {
     info.params = e->second.params;

@@ -6,6 +6,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "flatmap.h"
 #include "graph.h"
 
 #include <nanobind/stl/string.h>
@@ -224,8 +225,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     bad("replay: the program was made for another graph structure");
   }
   // buffer key -> device address of the buffer's host data start
-  std::unordered_map<uintptr_t, uintptr_t> dev;
-  dev.reserve(leaf_dev.size() + 2 * nodes_.size());
+  FlatMap<uintptr_t> dev(leaf_dev.size() + cached_dev_.size() + 2 * nodes_.size());
   for (auto [k, v] : leaf_dev) dev.emplace(nb::cast<uintptr_t>(k), nb::cast<uintptr_t>(v));
   for (auto [k, v] : cached_dev_) dev.emplace(k, v);   // leaves(prog) found these cached
   nb::list written, python_nodes;
@@ -239,9 +239,9 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
 
   auto address = [&](const mx::array& a, uintptr_t* out) {
     auto buf = a.buffer();
-    auto it = dev.find(reinterpret_cast<uintptr_t>(buf.ptr()));
-    if (it == dev.end()) return false;
-    *out = it->second + static_cast<uintptr_t>(a.offset());
+    const uintptr_t* d = dev.find(reinterpret_cast<uintptr_t>(buf.ptr()));
+    if (d == nullptr) return false;
+    *out = *d + static_cast<uintptr_t>(a.offset());
     return true;
   };
   // With graphs, launches are collected and issued at the end as the program's graph;
@@ -274,7 +274,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     written = nb::list();
     for (auto kv : nb::cast<nb::list>(r)) {
       auto t = nb::cast<nb::tuple>(kv);
-      dev[nb::cast<uintptr_t>(t[0])] = nb::cast<uintptr_t>(t[1]);
+      dev.set(nb::cast<uintptr_t>(t[0]), nb::cast<uintptr_t>(t[1]));
     }
   };
 
@@ -390,7 +390,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
         pn.last_dev[j] = b.dev;
         auto& arr = *slots_[s_out].arr;
         arr.set_data(make_foreign_data(b.host, arr.nbytes(), key));
-        dev[static_cast<uintptr_t>(key)] = b.dev;
+        dev.set(static_cast<uintptr_t>(key), b.dev);
         out_ptrs[j] = b.dev;
         taken_keys.push_back(static_cast<uintptr_t>(key));
       }

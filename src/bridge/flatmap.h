@@ -1,0 +1,84 @@
+// An open-addressing hash map from non-zero addresses to small values, for the
+// per-evaluation tables of the graph walk (array id -> slot) and of a replay
+// (buffer key -> device address). std::unordered_map allocates a node per entry:
+// at 40,000 graph nodes that was a malloc per slot and a cache miss per lookup.
+// Here the keys sit in one array, linear probing, no erase (the tables live for
+// one evaluation), growth at 1/2 load.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+namespace mlx_amd {
+
+template <class V>
+class FlatMap {
+ public:
+  explicit FlatMap(size_t expect = 16) { grow(expect); }
+
+  const V* find(uintptr_t k) const {
+    for (size_t i = slot(k);; i = (i + 1) & mask_) {
+      if (keys_[i] == k) return &vals_[i];
+      if (keys_[i] == 0) return nullptr;
+    }
+  }
+  // inserts (k, v) unless k is there; true when inserted
+  bool emplace(uintptr_t k, V v) { return put(k, v, false); }
+  // inserts or overwrites
+  void set(uintptr_t k, V v) { put(k, v, true); }
+  const V& at(uintptr_t k) const {
+    const V* v = find(k);
+    if (v == nullptr) throw std::out_of_range("FlatMap::at: key not present");
+    return *v;
+  }
+  void reserve(size_t n) {
+    if (2 * n > keys_.size()) grow(n);
+  }
+  size_t size() const { return size_; }
+
+ private:
+  std::vector<uintptr_t> keys_;   // 0: empty
+  std::vector<V> vals_;
+  size_t mask_ = 0, size_ = 0;
+
+  size_t slot(uintptr_t k) const {
+    uint64_t h = static_cast<uint64_t>(k);   // addresses: the low bits are alignment
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return static_cast<size_t>(h) & mask_;
+  }
+  bool put(uintptr_t k, V v, bool overwrite) {
+    if (k == 0) throw std::invalid_argument("FlatMap: key 0 is the empty marker");
+    if (2 * (size_ + 1) > keys_.size()) grow(size_ + 1);
+    for (size_t i = slot(k);; i = (i + 1) & mask_) {
+      if (keys_[i] == k) {
+        if (overwrite) vals_[i] = v;
+        return false;
+      }
+      if (keys_[i] == 0) {
+        keys_[i] = k;
+        vals_[i] = v;
+        ++size_;
+        return true;
+      }
+    }
+  }
+  void grow(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    if (cap <= keys_.size()) cap = keys_.size() * 2;
+    std::vector<uintptr_t> keys(cap, 0);
+    std::vector<V> vals(cap);
+    keys.swap(keys_);
+    vals.swap(vals_);
+    mask_ = cap - 1;
+    size_ = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i] != 0) put(keys[i], vals[i], true);
+    }
+  }
+};
+
+}  // namespace mlx_amd
