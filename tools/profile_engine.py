@@ -2,7 +2,7 @@
 buffers, residency, launches) on the host driver, with kernel launches turned into no-ops.
 What this measures is our own host cost per node, minus the vendor driver's launch call.
 
-    python tools/profile_engine.py [--nodes 1000] [--reps 20] [--profile]
+    python tools/profile_engine.py [--nodes 1000] [--reps 20] [--profile] [--fresh]
 """
 
 import argparse
@@ -116,10 +116,10 @@ def null_counts(native) -> dict:
             for k in ("launches", "graphs", "nodes", "updates", "graph_launches")}
 
 
-def chain(x, n):
-    for _ in range(n // 2):
+def chain(x, n, variant=-1):
+    for i in range(n // 2):
         x = x * 1.0001
-        x = x + 0.5
+        x = (x - 0.5) if i == variant else (x + 0.5)   # another structure per variant
     return x
 
 
@@ -128,6 +128,8 @@ def main():
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--fresh", action="store_true",
+                    help="a new graph structure every time (first sightings: the node-by-node path)")
     args = ap.parse_args()
     rt, drv = make_runtime()
     from mlx_amd.runtime import bridge
@@ -138,7 +140,7 @@ def main():
     ts = []
     prof = cProfile.Profile() if args.profile else None
     for r in range(args.reps):
-        y = chain(x, args.nodes)
+        y = chain(x, args.nodes, variant=r if args.fresh else -1)
         n = len(bridge.Graph([y]))
         if prof and r == args.reps - 1:
             prof.enable()
