@@ -268,3 +268,38 @@ def test_mlp_training_loop_matches_plain_mlx(runtime):
 def test_parameterised_unary_primitives(runtime, fn):
     # Log carries its base and Sqrt its reciprocal flag as primitive state
     check(lambda a: fn(a), rnd((40, 3), lo=0.1, hi=5.0, seed=13))
+
+
+def test_eval_pauses_the_cyclic_gc_and_restores_it(runtime):
+    # the node loop runs with the cyclic collector off (a speed measure); whatever the
+    # program had set comes back after every evaluation, also after a failing one
+    ev = runtime.evaluator
+    seen = []
+    real_run = ev._run
+
+    def spy(g):
+        seen.append(gc.isenabled())
+        return real_run(g)
+
+    ev._run = spy
+    try:
+        x = mx.array(np.arange(8, dtype=np.float32))
+        mx.eval(x * 2 + 1)
+        assert gc.isenabled() and seen == [False]
+        gc.disable()
+        try:
+            mx.eval(x * 3 + 1)
+            assert not gc.isenabled()      # the program's choice stays
+        finally:
+            gc.enable()
+
+        def boom(g):
+            seen.append(gc.isenabled())
+            raise RuntimeError("node failed")
+
+        ev._run = boom
+        with pytest.raises(RuntimeError, match="node failed"):
+            mx.eval(x * 4 + 1)
+        assert gc.isenabled() and seen[-1] is False
+    finally:
+        ev._run = real_run
