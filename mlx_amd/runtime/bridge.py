@@ -13,6 +13,7 @@ API (see ``src/bridge/graph.h``):
                         rows without the tables; ``fingerprint``, ``record``,
                         ``leaves``, ``replay`` (src/bridge/replay.h)
   Program(fp, n)        a recorded evaluation of one graph structure
+  ConstCache()          device copies of small constant leaves by their bytes (replay.h)
   Pool, Outputs         the pools' native bookkeeping, a replay's fresh outputs (src/bridge/pool.h)
   set_graph_api(), graph_stats(), graph_api_shutdown()
                         replayed launches as CUDA/HIP graphs (src/bridge/graphexec.h)
@@ -94,11 +95,12 @@ live = _bridge.live
 expired = _bridge.expired
 launch = _bridge.launch
 Program = _bridge.Program
+ConstCache = _bridge.ConstCache
 Pool = _bridge.Pool
 Outputs = _bridge.Outputs
 set_graph_api = _bridge.set_graph_api
 graph_api_shutdown = _bridge.graph_api_shutdown
 graph_stats = _bridge.graph_stats
 
-__all__ = ["Graph", "versions", "probe", "buffer_info", "drain_freed", "live", "expired", "launch", "Program", "Pool", "Outputs", "set_graph_api", "graph_api_shutdown", "graph_stats",
+__all__ = ["Graph", "versions", "probe", "buffer_info", "drain_freed", "live", "expired", "launch", "Program", "ConstCache", "Pool", "Outputs", "set_graph_api", "graph_api_shutdown", "graph_stats",
            "check_versions", "check_abi", "MLX_VERSION"]

@@ -447,9 +447,11 @@ class Evaluator:
         # the program's native leaf cache holds the resident leaves (weights, caches) of
         # earlier replays: drop what went stale since, then only the others come back here
         known.leaf_seen = res.sync_leaf_cache(prog, known.leaf_seen)
+        res.trim_consts()
         # one pass; a resident, current leaf costs one lookup (and is cached for the next
-        # replay), the rest are uploaded below
-        for slot, key, host, nbytes, token, ndim, size in g.leaves(prog):
+        # replay), a small constant whose value has a device copy costs nothing here (the
+        # bridge found it in res.consts), the rest are uploaded below
+        for slot, key, host, nbytes, token, ndim, size in g.leaves(prog, res.consts):
             if key in leaf_dev:
                 continue
             rec = recs.get(key)
@@ -459,16 +461,16 @@ class Evaluator:
                     cache.append((key, host, nbytes, rec.dev_ptr))
                     continue
             elif token == -1:
-                g.watch(slot)  # MLX-owned: the bridge tells us when its host buffer dies
-                if ndim <= 1 and size <= 64 and nbytes <= SMALL_LEAF:
+                if ndim <= 1 and size <= 64 and 0 < nbytes <= SMALL_LEAF:
                     leaf_dev[key] = None
                     small.append((key, host, nbytes))
                     continue
+                g.watch(slot)  # MLX-owned: the bridge tells us when its host buffer dies
             leaf_dev[key] = None
             rest.append((key, host, nbytes))
         if small:
-            res.upload_small(small, stream)
-            rest += small
+            for (key, _, _), dev in zip(small, res.upload_consts(small, stream)):
+                leaf_dev[key] = dev
         for (key, _, _), dev in zip(rest, res.device_ptrs(rest, stream)):
             leaf_dev[key] = dev
         if cache:

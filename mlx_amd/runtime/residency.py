@@ -27,6 +27,7 @@ once: whatever reuses it is queued after the kernels that used it.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 from typing import Iterable, Optional
@@ -39,6 +40,8 @@ HEADER = 8   # MLX's size header right before the data: key = data - 8
 MODES = ("unified", "discrete")
 SMALL_UPLOAD = 4096          # bytes: uploads up to this size are staged (see _staged)
 STAGE_BYTES = 1 << 20
+CONST_SLAB = 64 << 10        # bytes: device slab for small constants (upload_consts)
+CONST_BYTES = 1 << 20        # slabs kept before the constant cache starts over (trim_consts)
 INVAL_LOG = 1 << 16          # invalidated keys kept for replay programs' leaf caches
 
 
@@ -128,6 +131,12 @@ class Residency:
         # evaluator has synchronised the stream (``synchronized``).
         self._stage = None
         self._stage_off = 0
+        # Device copies of small MLX constants by value (bridge ConstCache; replays look
+        # them up natively): slabs from the device pool, [(block, host bytes kept until the
+        # slab goes)], all dropped at once past CONST_BYTES
+        self.consts = _bridge.ConstCache()
+        self._const_slabs: list = []
+        self._const_off = CONST_SLAB
 
     # --- our outputs --------------------------------------------------------------
     def new_buffer(self, nbytes: int) -> tuple[int, int, int]:
@@ -391,6 +400,56 @@ class Residency:
         self.uploads += len(items)
         self.upload_bytes += sum(n for _, _, n in items)
 
+    def upload_consts(self, items, stream) -> list:
+        """Device addresses for small MLX-owned constants [(key, host_data_ptr, nbytes)],
+        1 to 256 bytes each: each distinct value is copied once into a constant slab (one
+        copy for the batch) and registered in ``consts``, where the next replay finds it.
+        No records: the device copy belongs to the value, not to MLX's buffer (kernels
+        never write MLX's buffers, so its host bytes stay the truth)."""
+        values = [ctypes.string_at(hp, n) for _, hp, n in items]
+        offs, total = {}, 0
+        for v in values:
+            if v not in offs:
+                total = (total + 15) & ~15   # element alignment for every dtype
+                offs[v] = total
+                total += len(v)
+        if self._const_off + total > CONST_SLAB:
+            block = self.device_pool.alloc(max(CONST_SLAB, total))
+            self._const_slabs.append([block, []])
+            self._const_off = 0
+        slab = self._const_slabs[-1]
+        base = slab[0].data + self._const_off
+        blob = bytearray(total)
+        for v, off in offs.items():
+            blob[off:off + len(v)] = v
+        src = (ctypes.c_char * total).from_buffer(blob)
+        if stream is not None and not self.unified and total <= STAGE_BYTES // 2:
+            stage = self._staged_region(total, stream)     # pinned: the copy is asynchronous
+            self.driver.host_copy(stage, ctypes.addressof(src), total)
+            self.driver.memcpy_htod(base, stage, total, stream)
+        else:
+            self.driver.memcpy_htod(base, ctypes.addressof(src), total, stream)
+            slab[1].append(blob)   # the source outlives any copy still reading it
+        self._const_off += (total + 255) & ~255
+        self.consts.add([(v, base + off) for v, off in offs.items()])
+        self.uploads += len(offs)
+        self.upload_bytes += total
+        return [base + offs[v] for v in values]
+
+    def trim_consts(self) -> None:
+        """Past CONST_BYTES of slabs, the constant cache starts over. Called before a
+        replay looks constants up, so no queued launch of it reads a dropped slab; the slabs
+        go back to the pool in stream order."""
+        if len(self._const_slabs) * CONST_SLAB > CONST_BYTES:
+            self._drop_consts()
+
+    def _drop_consts(self) -> None:
+        self.consts.clear()
+        for block, _ in self._const_slabs:
+            self.device_pool.free(block)
+        self._const_slabs = []
+        self._const_off = CONST_SLAB
+
     def expired(self, keys: Iterable[int]) -> None:
         """MLX-owned host buffers died: drop their device copies (unknown keys are ignored)."""
         recs = self._recs
@@ -406,6 +465,7 @@ class Residency:
         self.writeback([r.key for r in theirs], stream)
         for rec in theirs:
             self._drop(rec)
+        self._drop_consts()
 
     def is_tracked(self, key: int) -> bool:
         return key in self._recs

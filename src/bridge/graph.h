@@ -42,7 +42,7 @@ class Graph {
   void record(Program& prog, int64_t node, int kind);
   // leaves with data; with a program, only those its leaf cache does not hold (the
   // cached ones are kept for the next replay)
-  nb::list leaves(Program* prog);
+  nb::list leaves(Program* prog, ConstCache* consts);
   nb::tuple replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
                    uintptr_t arena, uintptr_t entry, intptr_t param_end,
                    uintptr_t stream, nb::callable node_cb,

@@ -105,10 +105,11 @@ NB_MODULE(_bridge, m) {
       .def("record", &Graph::record, "program"_a, "node"_a, "kind"_a,
            "snapshot node's primitive and input layouts into the program "
            "(kind 0 Python, 1 view, 2 GPU); before finish()")
-      .def("leaves", &Graph::leaves, "program"_a.none() = nb::none(),
+      .def("leaves", &Graph::leaves, "program"_a.none() = nb::none(), "consts"_a.none() = nb::none(),
            "[(slot, key, host_ptr, buffer_nbytes, token, ndim, size)] per leaf with data; "
-           "with a program, only the leaves its leaf cache does not hold (replay() adds "
-           "the cached ones' device addresses)")
+           "with a program, only the leaves its leaf cache does not hold, and with a "
+           "ConstCache only the small MLX-owned constants whose bytes it lacks (replay() "
+           "adds the others' device addresses)")
       .def("replay", &Graph::replay, "program"_a, "leaf_dev"_a, "outputs"_a,
            "arena"_a, "entry"_a, "param_end"_a, "stream"_a, "node_cb"_a,
            "error_cb"_a, "graphs"_a = false,
@@ -116,6 +117,17 @@ NB_MODULE(_bridge, m) {
            "returns ([(key, lo, hi)] written, nodes run in Python); fresh output "
            "buffers come from `outputs` (an Outputs table) and stay there until adopted; "
            "graphs: launch through the program's CUDA/HIP graph (graphexec.h)");
+  nb::class_<mlx_amd::ConstCache>(m, "ConstCache",
+                                  "device copies of small constant leaves, by their bytes "
+                                  "(src/bridge/replay.h)")
+      .def(nb::init<>())
+      .def("add", &mlx_amd::ConstCache::add, "entries"_a, "[(bytes, device address)]")
+      .def("find", [](const mlx_amd::ConstCache& c, nb::bytes b) -> nb::object {
+        const uintptr_t* d = c.find(b.c_str(), b.size());
+        return d ? nb::cast(*d) : nb::none();
+      }, "value"_a, "the device address of a value's copy, or None")
+      .def("clear", &mlx_amd::ConstCache::clear)
+      .def("__len__", &mlx_amd::ConstCache::size);
   nb::class_<mlx_amd::Program>(m, "Program", "a recorded evaluation of one graph structure")
       .def(nb::init<uint64_t, size_t>(), "fingerprint"_a, "num_nodes"_a)
       .def_prop_ro("fingerprint", &mlx_amd::Program::fingerprint)

@@ -182,7 +182,7 @@ void Graph::record(Program& prog, int64_t n, int kind) {
   pn.out_nbytes.assign(node.outputs.size(), 0);
 }
 
-nb::list Graph::leaves(Program* prog) {
+nb::list Graph::leaves(Program* prog, ConstCache* consts) {
   // (slot, key, host data pointer, buffer bytes, token, ndim, size) per leaf
   nb::list out;
   cached_dev_.clear();
@@ -194,15 +194,37 @@ nb::list Graph::leaves(Program* prog) {
     uintptr_t key = reinterpret_cast<uintptr_t>(buf.ptr());
     if (!a.data_shared_ptr() || !key) continue;
     uintptr_t host = reinterpret_cast<uintptr_t>(buf.raw_ptr());
+    size_t nbytes = a.buffer_size();
     if (prog != nullptr) {
-      if (const auto* hit = prog->cached_leaf(key, host, a.buffer_size())) {
+      if (const auto* hit = prog->cached_leaf(key, host, nbytes)) {
         cached_dev_.emplace_back(key, hit->dev);
         continue;
       }
     }
-    out.append(nb::make_tuple(s, key, host, a.buffer_size(), token_of(buf), a.ndim(), a.size()));
+    int64_t token = token_of(buf);
+    // a small MLX-owned constant (its host bytes are the truth: kernels never write
+    // MLX's buffers) whose value has a device copy already
+    if (consts != nullptr && token == -1 && nbytes > 0 && nbytes <= ConstCache::kMaxBytes &&
+        a.ndim() <= 1 && a.size() <= 64) {
+      if (const uintptr_t* d = consts->find(reinterpret_cast<const char*>(host), nbytes)) {
+        cached_dev_.emplace_back(key, *d);
+        continue;
+      }
+    }
+    out.append(nb::make_tuple(s, key, host, nbytes, token, a.ndim(), a.size()));
   }
   return out;
+}
+
+void ConstCache::add(nb::list entries) {
+  for (auto e : entries) {
+    auto t = nb::cast<nb::tuple>(e);
+    auto b = nb::cast<nb::bytes>(t[0]);
+    if (b.size() == 0 || b.size() > kMaxBytes) {
+      throw nb::value_error("ConstCache.add: a constant of 1 to 256 bytes expected");
+    }
+    dev_[std::string(b.c_str(), b.size())] = nb::cast<uintptr_t>(t[1]);
+  }
 }
 
 void Program::cache_leaves(nb::list entries) {

@@ -108,4 +108,25 @@ class Program {
   std::unordered_map<uintptr_t, Leaf> leaves_;
 };
 
+// Device copies of small constant leaves, keyed by their bytes. MLX makes a fresh
+// scalar array for every `x * 2.0` (an optimizer makes several per parameter and
+// step), so a repeated step brings new buffers with the same few values each time:
+// a replay finds their device copy here (Graph::leaves) instead of handing each one
+// to Python for an upload and a record. Owned by the residency manager, which
+// uploads the misses into its constant slabs and clears this before it frees them.
+class ConstCache {
+ public:
+  static constexpr size_t kMaxBytes = 256;   // Python's SMALL_LEAF
+  const uintptr_t* find(const char* data, size_t n) const {
+    auto it = dev_.find(std::string(data, n));
+    return it == dev_.end() ? nullptr : &it->second;
+  }
+  void add(nb::list entries);   // [(bytes, device address)]
+  void clear() { dev_.clear(); }
+  size_t size() const { return dev_.size(); }
+
+ private:
+  std::unordered_map<std::string, uintptr_t> dev_;
+};
+
 }  // namespace mlx_amd

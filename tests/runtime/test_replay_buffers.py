@@ -83,9 +83,9 @@ def test_replays_resolve_resident_leaves_from_the_program_cache(null_runtime, mo
 
     orig = _bridge.Graph.leaves
 
-    def leaves(g, program=None):
-        out = orig(g, program)
-        seen.append((program is not None, len(out), len(orig(g, None))))
+    def leaves(g, program=None, consts=None):
+        out = orig(g, program, consts)
+        seen.append((program is not None, len(out), len(orig(g, None, None))))
         return out
 
     monkeypatch.setattr(_bridge.Graph, "leaves", leaves)
@@ -93,16 +93,19 @@ def test_replays_resolve_resident_leaves_from_the_program_cache(null_runtime, mo
         ev.eval(list(step(x, c)))
     replayed = [s for s in seen if s[0]]
     assert len(replayed) >= 3
-    # from the second replay on, x and c come from the cache: Python sees only the twelve
-    # fresh 0.5 scalars each step makes
-    assert [all_ - back for _, back, all_ in replayed[1:]] == [2] * (len(replayed) - 1), replayed
+    # from the second replay on nothing comes back to Python: x and c are in the program's
+    # leaf cache, and the twelve fresh 0.5 scalars each step makes find their value's device
+    # copy in the constant cache (uploaded once, at the first replay)
+    assert [(back, all_) for _, back, all_ in replayed[1:]] == [(0, 14)] * (len(replayed) - 1), replayed
+    assert len(res.consts) == 1
     # c dies: its key leaves every program's cache before the next replay
     key_c = bridge_key(c)
     del c
     mx.eval(x)                     # an evaluation drains the expiry
     c = mx.array(np.float32(2.5))
     ev.eval(list(step(x, c)))
-    assert key_c in res._inval and seen[-1][2] - seen[-1][1] == 1    # x still cached, c new
+    assert key_c in res._inval and seen[-1][1] == 1   # x still cached, c a new value
+    assert len(res.consts) == 2
 
 
 def bridge_key(a):
@@ -266,3 +269,32 @@ def test_a_replay_reuses_dead_intermediates_like_the_node_by_node_path(null_runt
     assert max(node_by_node) <= 16 * mib, node_by_node
     # the same few live blocks, not 48 intermediates (160 MiB)
     assert max(replayed) <= max(node_by_node), (node_by_node, replayed)
+
+
+def test_constant_cache_holds_each_value_once_and_starts_over_when_full(null_runtime, monkeypatch):
+    # fresh scalars every step: their values' device copies (host memory under the null
+    # runtime, so readable here) hold the right bytes, the slabs stay bounded, and a restart
+    # gives the slabs back to the pool
+    import ctypes
+
+    from mlx_amd.runtime import residency as residency_mod
+
+    monkeypatch.setattr(residency_mod, "CONST_SLAB", 1024)
+    monkeypatch.setattr(residency_mod, "CONST_BYTES", 2048)
+    ev, res = null_runtime.evaluator, null_runtime.residency
+    x = mx.array(np.ones((8, 64), np.float32))
+    ev.eval([x])
+    most = 0
+    for k in range(200):
+        vals = [np.float32(k + 0.5), np.float32(-k), np.float32(3.0)]
+        y = x * mx.array(vals[0]) + mx.array(vals[1]) - mx.array(vals[2])
+        ev.eval([y.sum()])
+        if ev.replays:
+            for v in vals:
+                addr = res.consts.find(v.tobytes())
+                assert addr is not None and ctypes.string_at(addr, 4) == v.tobytes(), (k, v)
+        most = max(most, len(res._const_slabs))
+    assert ev.replays >= 190
+    assert 1 <= most <= 3 and len(res.consts) < 200
+    res.clear()
+    assert len(res.consts) == 0 and not res._const_slabs

@@ -230,3 +230,36 @@ def test_leaf_cache_never_serves_a_dead_buffer(gpu_runtime):
     for k in range(4):
         np.testing.assert_allclose(np.array(x @ w + k), np.array(x) @ np.array(w) + k, rtol=1e-4, atol=1e-4)
     assert max(p.program.cached_leaves for p in ev.programs.values()) >= 1
+
+
+def test_small_constants_by_value_across_replays_and_a_cache_restart(gpu_runtime, monkeypatch):
+    # every step makes fresh scalar arrays; replays take their device copies from the
+    # residency's constant cache by value (bridge ConstCache): new values, values shared by
+    # other dtypes with the same bytes, and a restart of the cache mid-run must all match
+    from mlx_amd.runtime import residency as residency_mod
+
+    res = gpu_runtime.residency
+    monkeypatch.setattr(residency_mod, "CONST_SLAB", 1024)     # restarts every few steps
+    monkeypatch.setattr(residency_mod, "CONST_BYTES", 2048)
+
+    def f(x, k):
+        a = x * mx.array(np.float32(1.0 + k)) + mx.array(np.float32(0.25 * k))
+        b = mx.array(np.int32(np.float32(1.0).view(np.int32))) + (x > 0).astype(mx.int32)
+        return a.sum(axis=-1), b       # float32 1.0 and an int32 with the same bytes
+
+    before = _replays(gpu_runtime)
+    x = mx.array(np.random.default_rng(3).standard_normal((5, 17)).astype(np.float32))
+    for k in range(40):
+        # the large step every ten evaluations fills constant slabs past the lowered limit
+        big = [mx.array(np.float32(1000 + 97 * k + j)) for j in range(600)] if k % 10 == 9 else []
+        got, ref = both(f, x, k)
+        for g, r in zip(got, ref):
+            assert_close(g, r, f"evaluation {k}")
+        if big:
+            s = big[0]
+            for v in big[1:]:
+                s = s + v
+            got_s, ref_s = both(lambda: s * 1.0)
+            assert_close(got_s, ref_s, f"the sum of 600 constants, evaluation {k}")
+    assert _replays(gpu_runtime) - before >= 30
+    assert len(res._const_slabs) <= 3    # trimmed before each replay, one slab per upload
