@@ -40,7 +40,7 @@ from .plan import Memset as _Memset
 
 
 
-SMALL_LEAF = 256   # bytes: leaves up to this size are prefetched together (_prefetch_small)
+SMALL_LEAF = 256   # bytes: leaves up to this size are constants found by value (ConstCache)
 MAX_PLANS = 8192   # node plans kept (decode steps make a new one per KV length)
 
 # primitive class name -> family launcher module, built once from the launchers' own tables
@@ -124,6 +124,7 @@ class Evaluator:
         self._seen: dict = {}              # fingerprint -> sightings before recording
         self.replays = 0                   # evaluations that ran through a program
         self.replay_python = 0             # nodes of those that differed and ran here
+        self._leaf_consts = None           # key -> device copy of the running graph's constants
         self.graphs, self.graphs_selftest = self._resolve_graphs()
         # What an eval with nothing left to run waits for: "arrays" (the default: only their
         # own queued work, as MLX does; mlx-lm reads token n right after queuing step n + 1,
@@ -353,21 +354,24 @@ class Evaluator:
                 res.expired(gone)
 
     def _prefetch_small(self, g, metas):
-        """Upload the graph's small MLX-owned leaves (scalar constants) in one copy, before
-        the first launch that reads them, instead of one copy each."""
+        """Device addresses of the graph's small MLX-owned leaves (scalar constants) from the
+        constant cache by value, the new values in one copy, before the first launch that
+        reads them: {key: device address}, consulted by ``_gpu`` before the records."""
         res = self.residency
+        res.trim_consts()          # nothing of this graph is queued yet
         items, seen = [], set()
         for s, (shape, dtype, leaf) in enumerate(metas):
             if not leaf or len(shape) > 1 or (shape and shape[0] > 64):
                 continue
             inf = g.info(s)
-            if inf is None or inf[9] != -1 or inf[5] > SMALL_LEAF or inf[0] in seen:
+            if inf is None or inf[9] != -1 or not 0 < inf[5] <= SMALL_LEAF or inf[0] in seen:
                 continue
             if not res.is_tracked(inf[0]):
-                g.watch(s)  # MLX-owned: the bridge tells us when its host buffer dies
                 seen.add(inf[0])
                 items.append((inf[0], inf[1], inf[5]))
-        res.upload_small(items, self.stream)
+        if not items:
+            return None
+        return {key: dev for (key, _, _), dev in zip(items, res.upload_consts(items, self.stream))}
 
     def _run(self, g):
         prog = None
@@ -386,10 +390,13 @@ class Evaluator:
                     self._seen.clear()
                 self._seen[fp] = seen
         metas = g.arrays
-        if self.gpu:
-            self._prefetch_small(g, metas)
-        for i, (prim, params, ins, outs) in enumerate(g.nodes):
-            self._node(g, metas, i, prim, params, ins, outs, prog)
+        saved = self._leaf_consts        # (an evaluation inside a CPU fallback's callback)
+        self._leaf_consts = self._prefetch_small(g, metas) if self.gpu else None
+        try:
+            for i, (prim, params, ins, outs) in enumerate(g.nodes):
+                self._node(g, metas, i, prim, params, ins, outs, prog)
+        finally:
+            self._leaf_consts = saved
         if prog is not None:
             self._keep(prog)
 
@@ -552,8 +559,14 @@ class Evaluator:
         res = self.residency
         stream = self.stream
         recs = res._recs
+        consts = self._leaf_consts
         in_ptrs = []
         for s, inf in zip(ins, infos):
+            if consts is not None:
+                dev = consts.get(inf[0])
+                if dev is not None:          # a small constant: its value's device copy
+                    in_ptrs.append(dev + inf[2])
+                    continue
             rec = recs.get(inf[0])
             if rec is not None and rec.dev_valid and (rec.ours or (rec.host_ptr == inf[1] and rec.nbytes == inf[5])):
                 in_ptrs.append(rec.dev_ptr + inf[2])     # resident and current: device_ptr's hit

@@ -45,16 +45,6 @@ CONST_BYTES = 1 << 20        # slabs kept before the constant cache starts over 
 INVAL_LOG = 1 << 16          # invalidated keys kept for replay programs' leaf caches
 
 
-class _Slab:
-    """One device block shared by several small uploads (``upload_small``); freed with the
-    last of them."""
-
-    __slots__ = ("block", "users")
-
-    def __init__(self, block, users):
-        self.block, self.users = block, users
-
-
 class _Rec:
     __slots__ = ("key", "nbytes", "host_ptr", "dev_ptr", "host", "dev", "ours", "shared",
                  "lo", "hi", "dev_valid")
@@ -359,46 +349,7 @@ class Residency:
         self._invalidate(rec.key)
         del self._recs[rec.key]
         self._dirty.discard(rec.key)
-        dev = rec.dev
-        if type(dev) is _Slab:
-            dev.users -= 1
-            if dev.users == 0:
-                self.device_pool.free(dev.block)
-        else:
-            self.device_pool.free(dev)
-
-    def upload_small(self, items, stream) -> None:
-        """Upload many small MLX-owned buffers (scalar constants: every ``x * 2.0`` makes one)
-        with one host->device copy: [(key, host_data_ptr, nbytes)], none tracked yet, each at
-        most SMALL_UPLOAD bytes. They share one device block, freed with the last of them."""
-        if not items:
-            return
-        if stream is None or self.unified or len(items) == 1:
-            for key, hp, n in items:
-                self.device_ptr(key, hp, n, stream)
-            return
-        offs, total = [], 0
-        for _, _, n in items:
-            total = (total + 15) & ~15     # element alignment for every dtype, 16-byte vectors
-            offs.append(total)
-            total += max(n, 1)
-        if total > STAGE_BYTES // 2:
-            for key, hp, n in items:
-                self.device_ptr(key, hp, n, stream)
-            return
-        block = self.device_pool.alloc(total)
-        slab = _Slab(block, len(items))
-        stage = self._staged_region(total, stream)
-        copy = self.driver.host_copy
-        recs = self._recs
-        for (key, hp, n), off in zip(items, offs):
-            if n:
-                copy(stage + off, hp, n)
-            rec = _Rec(key, n, hp, block.data + off, None, slab, False, False)
-            recs[key] = rec
-        self.driver.memcpy_htod(block.data, stage, total, stream)
-        self.uploads += len(items)
-        self.upload_bytes += sum(n for _, _, n in items)
+        self.device_pool.free(rec.dev)
 
     def upload_consts(self, items, stream) -> list:
         """Device addresses for small MLX-owned constants [(key, host_data_ptr, nbytes)],
@@ -407,12 +358,20 @@ class Residency:
         No records: the device copy belongs to the value, not to MLX's buffer (kernels
         never write MLX's buffers, so its host bytes stay the truth)."""
         values = [ctypes.string_at(hp, n) for _, hp, n in items]
-        offs, total = {}, 0
+        known, offs, total = {}, {}, 0
+        find = self.consts.find
         for v in values:
-            if v not in offs:
-                total = (total + 15) & ~15   # element alignment for every dtype
-                offs[v] = total
-                total += len(v)
+            if v in known or v in offs:
+                continue
+            d = find(v)
+            if d is not None:
+                known[v] = d
+                continue
+            total = (total + 15) & ~15   # element alignment for every dtype
+            offs[v] = total
+            total += len(v)
+        if not offs:
+            return [known[v] for v in values]
         if self._const_off + total > CONST_SLAB:
             block = self.device_pool.alloc(max(CONST_SLAB, total))
             self._const_slabs.append([block, []])
@@ -434,7 +393,7 @@ class Residency:
         self.consts.add([(v, base + off) for v, off in offs.items()])
         self.uploads += len(offs)
         self.upload_bytes += total
-        return [base + offs[v] for v in values]
+        return [known[v] if v in known else base + offs[v] for v in values]
 
     def trim_consts(self) -> None:
         """Past CONST_BYTES of slabs, the constant cache starts over. Called before a

@@ -76,7 +76,7 @@ def test_steps_recycle_natively_and_do_not_leak(null_runtime):
 def test_replays_resolve_resident_leaves_from_the_program_cache(null_runtime, monkeypatch):
     ev, res = null_runtime.evaluator, null_runtime.residency
     x = mx.array(np.ones((8, 64), np.float32))
-    c = mx.array(np.float32(1.5))
+    c = mx.array(np.full((1, 64), 1.5, np.float32))   # 2-d: a resident leaf, not a constant
     ev.eval([x, c])
     seen = []
     from mlx_amd import _bridge
@@ -102,10 +102,10 @@ def test_replays_resolve_resident_leaves_from_the_program_cache(null_runtime, mo
     key_c = bridge_key(c)
     del c
     mx.eval(x)                     # an evaluation drains the expiry
-    c = mx.array(np.float32(2.5))
+    c = mx.array(np.full((1, 64), 2.5, np.float32))
     ev.eval(list(step(x, c)))
-    assert key_c in res._inval and seen[-1][1] == 1   # x still cached, c a new value
-    assert len(res.consts) == 2
+    assert key_c in res._inval and seen[-1][1] == 1   # x still cached, c new
+    assert len(res.consts) == 1
 
 
 def bridge_key(a):
@@ -298,3 +298,22 @@ def test_constant_cache_holds_each_value_once_and_starts_over_when_full(null_run
     assert 1 <= most <= 3 and len(res.consts) < 200
     res.clear()
     assert len(res.consts) == 0 and not res._const_slabs
+
+
+def test_first_sightings_take_constants_by_value_without_records(null_runtime):
+    import ctypes
+
+    ev, res = null_runtime.evaluator, null_runtime.residency
+    x = mx.array(np.ones((8, 64), np.float32))
+    ev.eval([x])
+    for k in range(6):
+        c = mx.array(np.float32(7.25 + k))
+        y = x
+        for _ in range(k + 1):           # another structure every time: node by node
+            y = y * c
+        ev.eval([y.sum()])
+        v = np.float32(7.25 + k).tobytes()
+        addr = res.consts.find(v)
+        assert addr is not None and ctypes.string_at(addr, 4) == v
+        assert bridge_key(c) not in res._recs        # no per-buffer record for a constant
+    assert ev.replays == 0
