@@ -43,6 +43,15 @@ static float copy_bw(void* a, void* b, size_t bytes) {
   return 2.0 * bytes * 20 / (ms * 1e-3) / 1e9;
 }
 
+// The weight pool every measurement cycles through (1 GiB: nothing stays in the 50 MB L2)
+// and the copy roofline measured on it, printed.
+static float pool_and_roofline(void** pa, void** pb, size_t pool = 1ull << 30) {
+  CK(cudaMalloc(pa, pool)); CK(cudaMalloc(pb, pool));
+  float roof = copy_bw(*pa, *pb, 512ull << 20);
+  printf("copy roofline %.1f GB/s\n", roof);
+  return roof;
+}
+
 static std::vector<float> to_host_bf(const bf* d, size_t n) {
   std::vector<uint16_t> h(n); CK(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));
   std::vector<float> f(n);

@@ -147,11 +147,9 @@ __global__ void __launch_bounds__(128) qmv_mma(MmaArgs a) {
 __global__ void __launch_bounds__(128) qmv_pkg(QmvArgs a) { mlxa::q::qmv<bf, 4, mlxa::q::kAffine, 32>(a); }
 
 int main() {
-  size_t pool = 1ull << 30;   // weight copies cycled through: nothing stays in the 50 MB L2
+  size_t pool = 1ull << 30;
   void *pa, *pb;
-  CK(cudaMalloc(&pa, pool)); CK(cudaMalloc(&pb, pool));
-  float roof = copy_bw(pa, pb, 512ull << 20);
-  printf("copy roofline %.1f GB/s\n", roof);
+  float roof = pool_and_roofline(&pa, &pb, pool);
   struct Shape { int N, K; const char* what; };
   Shape shapes[] = {{4096, 4096, "8b q/o"}, {1024, 4096, "8b k/v"}, {14336, 4096, "8b gate/up"},
                     {4096, 14336, "8b down"}, {2048, 2048, "1b q/o"}, {8192, 2048, "1b gate/up"},
