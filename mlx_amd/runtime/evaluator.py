@@ -37,10 +37,10 @@ from .ops import VIEW_PRIMITIVES, dispatch_table  # noqa: F401  (VIEW_PRIMITIVES
 from .plan import ITEMSIZE as _ITEMSIZE
 from .plan import Layout
 from .plan import Memset as _Memset
+from .residency import small_const
 
 
 
-SMALL_LEAF = 256   # bytes: leaves up to this size are constants found by value (ConstCache)
 MAX_PLANS = 8192   # node plans kept (decode steps make a new one per KV length)
 
 # primitive class name -> family launcher module, built once from the launchers' own tables
@@ -361,10 +361,11 @@ class Evaluator:
         res.trim_consts()          # nothing of this graph is queued yet
         items, seen = [], set()
         for s, (shape, dtype, leaf) in enumerate(metas):
-            if not leaf or len(shape) > 1 or (shape and shape[0] > 64):
+            if not leaf or len(shape) > 1:
                 continue
             inf = g.info(s)
-            if inf is None or inf[9] != -1 or not 0 < inf[5] <= SMALL_LEAF or inf[0] in seen:
+            if (inf is None or inf[9] != -1 or inf[0] in seen
+                    or not small_const(len(shape), shape[0] if shape else 1, inf[5])):
                 continue
             if not res.is_tracked(inf[0]):
                 seen.add(inf[0])
@@ -468,7 +469,7 @@ class Evaluator:
                     cache.append((key, host, nbytes, rec.dev_ptr))
                     continue
             elif token == -1:
-                if ndim <= 1 and size <= 64 and 0 < nbytes <= SMALL_LEAF:
+                if small_const(ndim, size, nbytes):
                     leaf_dev[key] = None
                     small.append((key, host, nbytes))
                     continue

@@ -128,6 +128,8 @@ NB_MODULE(_bridge, m) {
       }, "value"_a, "the device address of a value's copy, or None")
       .def("clear", &mlx_amd::ConstCache::clear)
       .def("__len__", &mlx_amd::ConstCache::size);
+  m.attr("ConstCache").attr("MAX_BYTES") = mlx_amd::ConstCache::kMaxBytes;
+  m.attr("ConstCache").attr("MAX_ELEMENTS") = mlx_amd::ConstCache::kMaxElements;
   nb::class_<mlx_amd::Program>(m, "Program", "a recorded evaluation of one graph structure")
       .def(nb::init<uint64_t, size_t>(), "fingerprint"_a, "num_nodes"_a)
       .def_prop_ro("fingerprint", &mlx_amd::Program::fingerprint)

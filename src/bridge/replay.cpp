@@ -204,8 +204,7 @@ nb::list Graph::leaves(Program* prog, ConstCache* consts) {
     int64_t token = token_of(buf);
     // a small MLX-owned constant (its host bytes are the truth: kernels never write
     // MLX's buffers) whose value has a device copy already
-    if (consts != nullptr && token == -1 && nbytes > 0 && nbytes <= ConstCache::kMaxBytes &&
-        a.ndim() <= 1 && a.size() <= 64) {
+    if (consts != nullptr && token == -1 && ConstCache::small(a.ndim(), a.size(), nbytes)) {
       if (const uintptr_t* d = consts->find(reinterpret_cast<const char*>(host), nbytes)) {
         cached_dev_.emplace_back(key, *d);
         continue;

@@ -116,7 +116,12 @@ class Program {
 // uploads the misses into its constant slabs and clears this before it frees them.
 class ConstCache {
  public:
-  static constexpr size_t kMaxBytes = 256;   // Python's SMALL_LEAF
+  // what counts as a small constant (Python reads both: ConstCache.MAX_BYTES / MAX_ELEMENTS)
+  static constexpr size_t kMaxBytes = 256;
+  static constexpr size_t kMaxElements = 64;
+  static bool small(size_t ndim, size_t size, size_t nbytes) {
+    return ndim <= 1 && size <= kMaxElements && nbytes > 0 && nbytes <= kMaxBytes;
+  }
   const uintptr_t* find(const char* data, size_t n) const {
     auto it = dev_.find(std::string(data, n));
     return it == dev_.end() ? nullptr : &it->second;
