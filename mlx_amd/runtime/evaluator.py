@@ -353,7 +353,7 @@ class Evaluator:
             for res in list(_OWNERS):  # unknown keys are ignored by each
                 res.expired(gone)
 
-    def _prefetch_small(self, g, metas):
+    def _small_consts(self, g, metas):
         """Device addresses of the graph's small MLX-owned leaves (scalar constants) from the
         constant cache by value, the new values in one copy, before the first launch that
         reads them: {key: device address}, consulted by ``_gpu`` before the records."""
@@ -392,7 +392,7 @@ class Evaluator:
                 self._seen[fp] = seen
         metas = g.arrays
         saved = self._leaf_consts        # (an evaluation inside a CPU fallback's callback)
-        self._leaf_consts = self._prefetch_small(g, metas) if self.gpu else None
+        self._leaf_consts = self._small_consts(g, metas) if self.gpu else None
         try:
             for i, (prim, params, ins, outs) in enumerate(g.nodes):
                 self._node(g, metas, i, prim, params, ins, outs, prog)
@@ -464,7 +464,7 @@ class Evaluator:
                 continue
             rec = recs.get(key)
             if rec is not None:
-                if rec.dev_valid and (rec.ours or (rec.host_ptr == host and rec.nbytes == nbytes)):
+                if rec.current(host, nbytes):
                     leaf_dev[key] = rec.dev_ptr
                     cache.append((key, host, nbytes, rec.dev_ptr))
                     continue
@@ -569,8 +569,8 @@ class Evaluator:
                     in_ptrs.append(dev + inf[2])
                     continue
             rec = recs.get(inf[0])
-            if rec is not None and rec.dev_valid and (rec.ours or (rec.host_ptr == inf[1] and rec.nbytes == inf[5])):
-                in_ptrs.append(rec.dev_ptr + inf[2])     # resident and current: device_ptr's hit
+            if rec is not None and rec.current(inf[1], inf[5]):
+                in_ptrs.append(rec.dev_ptr + inf[2])
                 continue
             if inf[9] == -1 and rec is None:
                 g.watch(s)  # MLX-owned: the bridge tells us when its host buffer dies

@@ -55,6 +55,14 @@ class _Rec:
         self.lo = self.hi = 0          # device-newer range; empty when lo >= hi
         self.dev_valid = True
 
+    def same_buffer(self, host_ptr: int, nbytes: int) -> bool:
+        """Still this record's buffer: ours, or MLX's at the same host address and size."""
+        return self.ours or (self.host_ptr == host_ptr and self.nbytes == nbytes)
+
+    def current(self, host_ptr: int, nbytes: int) -> bool:
+        """Its device copy serves as it is (device_ptr's hit, without the call)."""
+        return self.dev_valid and self.same_buffer(host_ptr, nbytes)
+
 
 def resolve_lazy(unified: bool) -> bool:
     """Write-back on read (True) or at the end of every evaluation (False).
@@ -175,7 +183,7 @@ class Residency:
         recs, out = self._recs, []
         for key, host, nbytes in leaves:
             rec = recs.get(key)
-            if rec is not None and rec.dev_valid and (rec.ours or (rec.host_ptr == host and rec.nbytes == nbytes)):
+            if rec is not None and rec.current(host, nbytes):
                 out.append(rec.dev_ptr)
             else:
                 out.append(self.device_ptr(key, host, nbytes, stream))
@@ -213,7 +221,7 @@ class Residency:
         """Device address of a buffer's data, uploading MLX-owned host data on first use."""
         rec = self._recs.get(key)
         if rec is not None:
-            if rec.ours or (rec.host_ptr == host_data_ptr and rec.nbytes == buffer_nbytes):
+            if rec.same_buffer(host_data_ptr, buffer_nbytes):
                 if not rec.dev_valid:
                     self._upload(rec, stream)
                 return rec.dev_ptr
