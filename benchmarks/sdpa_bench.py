@@ -24,15 +24,15 @@ from mlx_amd.runtime.ops import sdpa  # noqa: E402
 B, HQ, HKV, D = 1, 32, 8, 128
 
 
-def inputs(lq, lk, cache=None):
-    q = mx.random.normal((B, lq, HQ, D), key=mx.random.key(0)).astype(mx.bfloat16).transpose(0, 2, 1, 3)
+def inputs(lq, lk, cache=None, d=D):
+    q = mx.random.normal((B, lq, HQ, d), key=mx.random.key(0)).astype(mx.bfloat16).transpose(0, 2, 1, 3)
     n = cache or lk
-    k = mx.random.normal((B, HKV, n, D), key=mx.random.key(1)).astype(mx.bfloat16)[:, :, :lk]
-    v = mx.random.normal((B, HKV, n, D), key=mx.random.key(2)).astype(mx.bfloat16)[:, :, :lk]
+    k = mx.random.normal((B, HKV, n, d), key=mx.random.key(1)).astype(mx.bfloat16)[:, :, :lk]
+    v = mx.random.normal((B, HKV, n, d), key=mx.random.key(2)).astype(mx.bfloat16)[:, :, :lk]
     return q, k, v
 
 
-def torch_ms(b, lq, lk, causal):
+def torch_ms(b, lq, lk, causal, d=D):
     try:
         import torch
         import torch.nn.functional as F
@@ -41,9 +41,9 @@ def torch_ms(b, lq, lk, causal):
             return None
     except Exception:
         return None
-    q = torch.randn(B, HQ, lq, D, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(B, HKV, lk, D, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(B, HKV, lk, D, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(B, HQ, lq, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(B, HKV, lk, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(B, HKV, lk, d, device="cuda", dtype=torch.bfloat16)
     try:
         F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
         fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)  # noqa: E731
@@ -70,14 +70,19 @@ def main():
         if tms:
             b.row(name + " vs PyTorch", gbps, "GB/s", "torch SDPA", kv_bytes / (tms * 1e-3) / 1e9)
         del q, k, v
-    for L in (1024, 4096):
-        q, k, v = inputs(L, L)
-        ms = b.time_node(sdpa, "mlx_amd::SDPA", (scale, "causal", False), (q, k, v), [(B, HQ, L, D)], ["bfloat16"])
-        flops = 2.0 * B * HQ * L * L * D          # the causal half of 4 * B * Hq * L * L * D
-        tms = torch_ms(b, L, L, True)
+    # llama-1b's head dim 64 and llama-8b's 128 at mlx-lm's 512-token prefill, then longer
+    for d, L in ((64, 512), (128, 512), (128, 1024), (128, 4096)):
+        q, k, v = inputs(L, L, d=d)
+        flops = 2.0 * B * HQ * L * L * d          # the causal half of 4 * B * Hq * L * L * D
+        tms = torch_ms(b, L, L, True, d=d)
         ref = flops / (tms * 1e-3) / 1e12 if tms else None
-        b.row(f"sdpa prefill bf16 B{B} H{HQ}/{HKV} D{D} L{L} causal", flops / (ms * 1e-3) / 1e12, "TFLOP/s",
-              "torch SDPA (flash)", ref)
+        for path in ("flash", "gemm"):    # our flash kernel, and vendor GEMMs around our softmax
+            os.environ["MLX_AMD_SDPA_PREFILL"] = path
+            ms = b.time_node(sdpa, "mlx_amd::SDPA", (1.0 / math.sqrt(d), "causal", False), (q, k, v),
+                             [(B, HQ, L, d)], ["bfloat16"])
+            b.row(f"sdpa prefill bf16 B{B} H{HQ}/{HKV} D{d} L{L} causal ({path})", flops / (ms * 1e-3) / 1e12,
+                  "TFLOP/s", "torch SDPA (flash)", ref)
+        os.environ.pop("MLX_AMD_SDPA_PREFILL")
         del q, k, v
     print("wrote", b.write(args.out))
 

@@ -8,9 +8,18 @@
 //          accumulators need no reduction across lanes until the end. Online softmax in
 //          float32 with exp2. Partials (acc, max, sum) per split go to a float32
 //          temporary and sdpa_combine finishes; a single split writes the output itself.
-// rows     (prefill): the softmax of a chunk of scores computed by the vendor GEMM, in
-//          place, one block per row, with the causal cut, the mask and the sinks.
-// scatter  (prefill): a chunk's (.., c, G, Dv) output into (B, Hq, Lq, Dv).
+// flash    (prefill, D == Dv): one block per tile of BQ query rows of one head; key tiles
+//          of BK rows go through shared memory, S = Q K^T and O += P V stay in registers
+//          with the softmax online, so no score matrix exists. A 16 x 16 thread grid: a
+//          thread holds RQ query rows x KQ keys of S (keys tc, tc + 16, ...) and RQ rows x
+//          D/16 columns of O; P reaches the O columns by shuffles within a 16-lane group
+//          (no shared memory, no wave-width dependence). With a causal mask a tile stops
+//          at its last visible key. Portable float32 FMA: the twin a matrix-core variant
+//          would be checked against.
+// rows     (prefill fallback, D != Dv or no flash config): the softmax of a chunk of
+//          scores computed by the vendor GEMM, in place, one block per row, with the
+//          causal cut, the mask and the sinks.
+// scatter  (prefill fallback): a chunk's (.., c, G, Dv) output into (B, Hq, Lq, Dv).
 //
 // Semantics follow MLX's decomposition (mlx/fast.cpp): a false boolean mask (and the
 // causal cut) sets the score to the lowest finite value (so a row with nothing visible
@@ -308,6 +317,203 @@ MLXA_DEVICE void combine(const SdpaCombineArgs& a) {
   }
 }
 
+// ---- flash prefill ----------------------------------------------------------------------
+
+constexpr int kFlashBlock = 256;   // 16 x 16 threads
+
+// Rows of `n` elements (row pitch `pitch` in shared memory, `gs` in global memory) from
+// `src` into `dst`; rows at or past `valid` are zeros (padding must not be NaN: P V adds
+// 0 * V). Vector loads when every row start is 16-byte aligned.
+template <typename T, int ROWS, int N, int PITCH>
+MLXA_DEVICE void tile_load(T* dst, const T* src, int64_t gs, int valid, bool aligned) {
+  constexpr int VE = 16 / (int)sizeof(T);
+  constexpr int NV = N / VE;
+  for (int i = (int)threadIdx.x; i < ROWS * NV; i += kFlashBlock) {
+    const int r = i / NV, c = (i % NV) * VE;
+    Vec<T, VE> x;
+    if (r < valid) {
+      load_vec<T, VE>(src + r * gs + c, aligned, x);
+    } else {
+#pragma unroll
+      for (int e = 0; e < VE; ++e) x.v[e] = cast<T>(0.0f);
+    }
+    *(Vec<T, VE>*)(dst + r * PITCH + c) = x;
+  }
+}
+
+template <typename T, int D, int RQ, int KQ>
+MLXA_DEVICE void flash(const SdpaFlashArgs& a) {
+  constexpr int VE = 16 / (int)sizeof(T);
+  constexpr int BQ = 16 * RQ, BK = 16 * KQ;
+  constexpr int DP = D + VE;          // padded pitch: the 16 keys of a lane group hit other banks
+  constexpr int CPT = D / 16;         // O columns per thread
+  static_assert(D % VE == 0 && D % 16 == 0, "head dim must fill 16-byte vectors and 16 lanes");
+  __shared__ Vec<T, VE> sq_v[BQ * DP / VE];
+  __shared__ Vec<T, VE> sk_v[BK * DP / VE];
+  __shared__ Vec<T, VE> sv_v[BK * D / VE];
+  T* sq = (T*)sq_v;
+  T* sk = (T*)sk_v;
+  T* sv = (T*)sv_v;
+
+  const int tid = (int)threadIdx.x;
+  const int tr = tid / 16, tc = tid % 16;
+  // heavy (late, causal) tiles first
+  const int qt = a.q_tiles - 1 - (int)blockIdx.x;
+  const int h = (int)blockIdx.y, b = (int)blockIdx.z;
+  const int kvh = h / (a.Hq / a.Hkv);
+  const int q0 = qt * BQ;
+  const int q_valid = a.Lq - q0 < BQ ? a.Lq - q0 : BQ;
+
+  const T* qbase = (const T*)a.q + b * a.q_strides[0] + h * a.q_strides[1] + q0 * a.q_strides[2];
+  const T* kbase = (const T*)a.k + b * a.k_strides[0] + kvh * a.k_strides[1];
+  const T* vbase = (const T*)a.v + b * a.v_strides[0] + kvh * a.v_strides[1];
+  constexpr int64_t kVecMask = 16 / sizeof(T) - 1;
+  const bool q_al = ((uintptr_t)qbase & 15u) == 0 && (a.q_strides[2] & kVecMask) == 0;
+  const bool kv_al = (((uintptr_t)kbase | (uintptr_t)vbase) & 15u) == 0 &&
+                     ((a.k_strides[2] | a.v_strides[2]) & kVecMask) == 0;
+  tile_load<T, BQ, D, DP>(sq, qbase, a.q_strides[2], q_valid, q_al);
+
+  // per row: its query index, causal limit, mask row offset
+  int lrow[RQ], limit[RQ];
+  int64_t mrow[RQ];
+#pragma unroll
+  for (int i = 0; i < RQ; ++i) {
+    lrow[i] = q0 + tr * RQ + i;
+    limit[i] = a.causal ? lrow[i] + a.Lk - a.Lq : a.Lk;
+    mrow[i] = b * a.mask_strides[0] + h * a.mask_strides[1] + lrow[i] * a.mask_strides[2];
+  }
+  // keys this tile can see: with only the causal cut, up to the last row's limit (a row
+  // that sees nothing needs every key: its softmax is uniform over them)
+  int k_end = a.Lk;
+  if (a.causal && a.mask_kind == MLXA_SDPA_MASK_NONE && q0 + a.Lk - a.Lq >= 0) {
+    const int last = q0 + q_valid - 1 + a.Lk - a.Lq + 1;
+    k_end = last < a.Lk ? last : a.Lk;
+  }
+
+  float m[RQ], l[RQ], acc[RQ][CPT];
+#pragma unroll
+  for (int i = 0; i < RQ; ++i) {
+    m[i] = neg_inf();
+    l[i] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < CPT; ++c) acc[i][c] = 0.0f;
+  }
+
+  for (int k0 = 0; k0 < k_end; k0 += BK) {
+    const int k_valid = a.Lk - k0 < BK ? a.Lk - k0 : BK;
+    sync_block();   // the previous tile's readers are done
+    tile_load<T, BK, D, DP>(sk, kbase + k0 * a.k_strides[2], a.k_strides[2], k_valid, kv_al);
+    tile_load<T, BK, D, D>(sv, vbase + k0 * a.v_strides[2], a.v_strides[2], k_valid, kv_al);
+    sync_block();
+
+    float s[RQ][KQ];
+#pragma unroll
+    for (int i = 0; i < RQ; ++i)
+#pragma unroll
+      for (int j = 0; j < KQ; ++j) s[i][j] = 0.0f;
+#pragma unroll 2
+    for (int d = 0; d < D; d += VE) {
+      float kf[KQ][VE];
+#pragma unroll
+      for (int j = 0; j < KQ; ++j) {
+        const Vec<T, VE> kv = *(const Vec<T, VE>*)(sk + (tc + 16 * j) * DP + d);
+#pragma unroll
+        for (int e = 0; e < VE; ++e) kf[j][e] = (float)widen(kv.v[e]);
+      }
+#pragma unroll
+      for (int i = 0; i < RQ; ++i) {
+        const Vec<T, VE> qv = *(const Vec<T, VE>*)(sq + (tr * RQ + i) * DP + d);
+#pragma unroll
+        for (int e = 0; e < VE; ++e) {
+          const float qf = (float)widen(qv.v[e]);
+#pragma unroll
+          for (int j = 0; j < KQ; ++j) s[i][j] = fmaf(qf, kf[j][e], s[i][j]);
+        }
+      }
+    }
+
+    // online softmax, log2 domain; padding keys (past Lk) take no part
+#pragma unroll
+    for (int i = 0; i < RQ; ++i) {
+      float tmax = neg_inf();
+#pragma unroll
+      for (int j = 0; j < KQ; ++j) {
+        const int key = k0 + tc + 16 * j;
+        float x = neg_inf();
+        if (key < a.Lk) {
+          x = masked_logit<T>(s[i][j] * a.scale_log2, a.mask_kind, a.mask, mrow[i] + key * a.mask_strides[3]);
+          if (key > limit[i]) x = kMaskedLogit;
+        }
+        s[i][j] = x;
+        tmax = fmaxf(tmax, x);
+      }
+#pragma unroll
+      for (int o = 8; o > 0; o >>= 1) tmax = fmaxf(tmax, shfl_xor(tmax, o, 16));
+      const float mn = fmaxf(m[i], tmax);
+      const float al = rescale(m[i], mn);
+      m[i] = mn;
+      float ps = 0.0f;
+#pragma unroll
+      for (int j = 0; j < KQ; ++j) {
+        const float p = s[i][j] == neg_inf() ? 0.0f : exp2f(s[i][j] - mn);
+        s[i][j] = p;
+        ps += p;
+      }
+      l[i] = l[i] * al + ps;     // this lane's share; the 16 lanes add up at the end
+#pragma unroll
+      for (int c = 0; c < CPT; ++c) acc[i][c] *= al;
+    }
+
+    // O += P V: key 16 j + src's probabilities come from lane src of the group
+#pragma unroll
+    for (int j = 0; j < KQ; ++j) {
+#pragma unroll 4
+      for (int src = 0; src < 16; ++src) {
+        const int kk = 16 * j + src;
+        float vf[CPT];
+        const T* vrow = sv + kk * D + tc * CPT;
+        if constexpr (CPT % VE == 0) {
+#pragma unroll
+          for (int c = 0; c < CPT; c += VE) {
+            const Vec<T, VE> vv = *(const Vec<T, VE>*)(vrow + c);
+#pragma unroll
+            for (int e = 0; e < VE; ++e) vf[c + e] = (float)widen(vv.v[e]);
+          }
+        } else {
+#pragma unroll
+          for (int c = 0; c < CPT; ++c) vf[c] = (float)widen(vrow[c]);
+        }
+#pragma unroll
+        for (int i = 0; i < RQ; ++i) {
+          const float p = shfl(s[i][j], src, 16);
+#pragma unroll
+          for (int c = 0; c < CPT; ++c) acc[i][c] = fmaf(p, vf[c], acc[i][c]);
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < RQ; ++i) {
+    float L = l[i];
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) L += shfl_xor(L, o, 16);
+    if (lrow[i] >= a.Lq) continue;
+    float f = 1.0f;
+    if (a.sink_kind != MLXA_SDPA_SINK_NONE) {
+      const float sk_ = sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride);
+      const float mn = fmaxf(m[i], sk_);
+      f = rescale(m[i], mn);
+      L = L * f + rescale(sk_, mn);
+    }
+    // a row of -inf logits: L = 0 -> NaN, as MLX's softmax gives
+    const float inv = f / L;
+    T* orow = (T*)a.out + (((int64_t)b * a.Hq + h) * a.Lq + lrow[i]) * D + tc * CPT;
+#pragma unroll
+    for (int c = 0; c < CPT; ++c) orow[c] = cast<T>(acc[i][c] * inv);
+  }
+}
+
 struct MaxOp {
   MLXA_DEVICE float operator()(float x, float y) const { return fmaxf(x, y); }
 };
@@ -388,6 +594,10 @@ MLXA_DEVICE void scatter(const SdpaScatterArgs& a) {
 #define MLXA_SDPA_DECODE(name, T, D, R)                                                   \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(SdpaDecodeArgs a) {                      \
     mlxa::sdpa::decode<T, D, R>(a);                                                        \
+  }
+#define MLXA_SDPA_FLASH(name, T, D, RQ, KQ)                                              \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(SdpaFlashArgs a) {                        \
+    mlxa::sdpa::flash<T, D, RQ, KQ>(a);                                                    \
   }
 #define MLXA_SDPA_COMBINE(name, T)                                                        \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(SdpaCombineArgs a) { mlxa::sdpa::combine<T>(a); }

@@ -2,8 +2,8 @@
 enable()) against plain MLX's CPU decomposition, and against a float32 reference from the
 same inputs (ours must be at least about as accurate as MLX's own 16-bit result).
 
-Decode (Lq <= 8: our split-K kernel and its combine) and prefill (vendor GEMMs around our
-row softmax and scatter); GQA 4:1, MQA, MHA; D in {64, 80, 96, 128, 256} and one without a
+Decode (Lq <= 8: our split-K kernel and its combine) and prefill, both ways: our flash
+kernel (D == Dv) and vendor GEMMs around our row softmax and scatter; GQA 4:1, MQA, MHA; D in {64, 80, 96, 128, 256} and one without a
 decode kernel; Dv != D; causal (also Lq > Lk, rows that see nothing), boolean (with a row
 that sees nothing), additive (with -inf), sinks, none; Lk not a multiple of any tile; a
 KV-cache slice of a larger buffer read through its strides; q transposed as mlx-lm makes
@@ -128,19 +128,35 @@ PREFILL = [
     (1, 2, 1, 600, 600, 64, None, "causal", True, None, False),     # several causal chunks
     (1, 4, 2, 300, 300, 96, None, "window", False, None, False),
     (1, 4, 4, 1, 50, 32, None, None, False, None, False),           # no decode kernel for D 32
+    (1, 4, 1, 70, 20, 64, None, "causal", False, None, False),      # Lq > Lk: rows that see nothing
+    (2, 8, 2, 129, 129, 128, None, "causal", True, None, True),     # tiles past Lq, q transposed
+    (1, 2, 2, 17, 33, 256, None, "bool", False, None, False),
 ]
+
+
+@pytest.fixture(params=["flash", "gemm"])
+def prefill_path(request, monkeypatch, gpu_runtime):
+    """The flash kernel (where it serves) or the GEMM path: plans and recordings are
+    cached, so both are dropped around the test."""
+    monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", request.param)
+    ev = gpu_runtime.evaluator
+    ev.plans.clear()
+    ev.drop_programs()
+    yield request.param
+    ev.plans.clear()
+    ev.drop_programs()
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("case", PREFILL, ids=lambda c: "x".join(str(x) for x in c[:6]) + f"-{c[7]}-s{int(c[8])}")
-def test_prefill(gpu_runtime, dtype, case):
+def test_prefill(gpu_runtime, prefill_path, dtype, case):
     B, Hq, Hkv, Lq, Lk, D, Dv, mask, sinks, cache, tq = case
     q, k, v, m, s = make(B, Hq, Hkv, Lq, Lk, D, Dv, dtype, mask, sinks, cache, tq, seed=7)
     run_case(dtype, q, k, v, m, s)
 
 
 @pytest.mark.parametrize("case", [PREFILL[0], PREFILL[3]], ids=["causal", "additive-sinks"])
-def test_prefill_waves(gpu_runtime, wave, case):
+def test_prefill_waves(gpu_runtime, prefill_path, wave, case):
     B, Hq, Hkv, Lq, Lk, D, Dv, mask, sinks, cache, tq = case
     q, k, v, m, s = make(B, Hq, Hkv, Lq, Lk, D, Dv, "bfloat16", mask, sinks, cache, tq, seed=11)
     run_case("bfloat16", q, k, v, m, s)
@@ -159,3 +175,12 @@ def test_output_feeds_on(gpu_runtime):
     w = mx.random.normal((64, 16), key=_key(31))
     fn = lambda q, k, v, w: mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125) @ w  # noqa: E731
     oracle.check_gpu(fn, q, k, v, w, prims=PRIM, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_prefill_rows_not_in_vectors(gpu_runtime, prefill_path, dtype):
+    """K/V rows of an odd pitch (a slice of a D+1 wide buffer): element loads, same result."""
+    q, _, _, _, _ = make(1, 4, 2, 45, 45, 64, None, dtype, None, False, None, False, seed=40)
+    k = mx.random.normal((1, 2, 45, 65), key=_key(41)).astype(DT[dtype])[..., :64]
+    v = mx.random.normal((1, 2, 45, 65), key=_key(42)).astype(DT[dtype])[..., :64]
+    run_case(dtype, q, k, v, "causal", None)

@@ -104,6 +104,7 @@ def test_decode_fills_the_device():
 ])
 def test_prefill_plans(wave, dt, args, monkeypatch):
     monkeypatch.delenv("MLX_AMD_WAVE", raising=False)
+    monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", "gemm")      # the GEMM path, also where flash serves
     n = node(dt=dt, **args)
     p = sdpa.plan_node(n, props(wave))
     assert p is not None
@@ -122,6 +123,64 @@ def test_prefill_plans(wave, dt, args, monkeypatch):
         # the first chunk's GEMMs stop at its last visible key
         first = next(s for s in p.steps if isinstance(s, Launch) and s.kernel.startswith("sdpa_rows"))
         assert struct.unpack_from("<i", first.tail, 56)[0] == c + pr.Lk - pr.Lq
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("args", [
+    dict(B=1, Hq=32, Hkv=8, Lq=511, Lk=511, D=64, mode="causal"),
+    dict(B=2, Hq=4, Hkv=1, Lq=33, Lk=90, D=80, mode="array"),
+    dict(B=1, Hq=4, Hkv=2, Lq=50, Lk=77, D=96, mode="array", sinks=True, mask_dtype="float32"),
+    dict(B=1, Hq=32, Hkv=8, Lq=40, Lk=1000, D=128, mode="causal", cap=4096),
+    dict(B=1, Hq=8, Hkv=8, Lq=300, Lk=300, D=256),
+])
+def test_flash_plans(dt, args, monkeypatch):
+    """One launch, grid (query tiles, Hq, B), q/k/v strides and the problem in the blob;
+    float32 at head dim 256 (no tile fits the shared memory) takes the GEMM path."""
+    monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", "flash")
+    n = node(dt=dt, **args)
+    pr = sdpa.problem(n)
+    cfg = kt.table("sdpa").flash_config(dt, pr.D)
+    p = sdpa.plan_node(n, props())
+    check_refs(p, n)
+    if cfg is None:
+        assert dt == "float32" and pr.D == 256
+        assert not any(getattr(s, "kernel", "").startswith("sdpa_flash") for s in p.steps)
+        return
+    assert len(p.steps) == 1 and not p.temps
+    st = p.steps[0]
+    assert st.kernel == f"sdpa_flash_d{pr.D}_{dt}"
+    tiles = -(-pr.Lq // (16 * cfg[0]))
+    assert st.grid == (tiles, pr.Hq, pr.B) and st.block == (sdpa.FLASH_BLOCK, 1, 1)
+    f = struct.unpack_from("<3q3q3q4qq9if", st.tail)
+    assert f[0:3] == n.ins[0].strides[:3] and f[3:6] == n.ins[1].strides[:3] and f[6:9] == n.ins[2].strides[:3]
+    assert f[14:20] == (pr.B, pr.Hq, pr.Hkv, pr.Lq, pr.Lk, tiles)
+    assert f[20:23] == (pr.mask_kind, pr.sink_kind, int(pr.causal))
+    assert f[23] == pytest.approx(pr.scale * math.log2(math.e))
+
+
+def test_flash_by_size(monkeypatch):
+    """Left to choose: flash up to FLASH_MAX_WORK pairs and FLASH_MAX_KEYS keys, GEMMs beyond."""
+    monkeypatch.delenv("MLX_AMD_SDPA_PREFILL", raising=False)
+
+    def kernels(*a, **kw):
+        return [getattr(s, "kernel", "gemm") for s in sdpa.plan_node(node(*a, **kw), props()).steps]
+
+    assert kernels(1, 32, 8, 511, 511, 64, mode="causal") == ["sdpa_flash_d64_bfloat16"]
+    assert kernels(1, 32, 8, 512, 512, 128, mode="causal") == ["sdpa_flash_d128_bfloat16"]
+    assert "sdpa_flash_d128_bfloat16" not in kernels(1, 32, 8, 1024, 1024, 128, mode="causal")
+    assert "sdpa_flash_d128_bfloat16" not in kernels(1, 32, 8, 40, 2000, 128, mode="causal")
+
+
+def test_flash_declines_what_it_cannot_read(monkeypatch):
+    monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", "flash")
+    d = props()
+    # Dv != D, and a K with a non-unit last stride: the GEMM path
+    for n in (node(1, 4, 2, 20, 40, 64, Dv=32),):
+        assert not any(getattr(s, "kernel", "").startswith("sdpa_flash") for s in sdpa.plan_node(n, d).steps)
+    n = node(1, 4, 2, 20, 40, 64)
+    kt_ = Layout.strided((1, 2, 40, 64), (2 * 40 * 64, 40 * 64, 1, 40), "bfloat16")
+    n = Node(n.prim, n.params, (n.ins[0], kt_, n.ins[2]), n.outs)
+    assert not any(getattr(s, "kernel", "").startswith("sdpa_flash") for s in sdpa.plan_node(n, d).steps)
 
 
 def test_strided_cache_is_read_in_place():
@@ -167,6 +226,10 @@ _PROBE = r"""
 int main() {
   std::printf("SdpaDecodeArgs %zu\nSdpaCombineArgs %zu\nSdpaRowsArgs %zu\nSdpaScatterArgs %zu\n",
               sizeof(SdpaDecodeArgs), sizeof(SdpaCombineArgs), sizeof(SdpaRowsArgs), sizeof(SdpaScatterArgs));
+  std::printf("SdpaFlashArgs %zu\n", sizeof(SdpaFlashArgs));
+  F(SdpaFlashArgs, q_strides) F(SdpaFlashArgs, v_strides) F(SdpaFlashArgs, mask_strides)
+  F(SdpaFlashArgs, sink_stride) F(SdpaFlashArgs, B) F(SdpaFlashArgs, q_tiles) F(SdpaFlashArgs, causal)
+  F(SdpaFlashArgs, scale_log2)
   F(SdpaDecodeArgs, q_strides) F(SdpaDecodeArgs, k_strides) F(SdpaDecodeArgs, mask_strides)
   F(SdpaDecodeArgs, sink_stride) F(SdpaDecodeArgs, B) F(SdpaDecodeArgs, Lk) F(SdpaDecodeArgs, n_splits)
   F(SdpaDecodeArgs, causal) F(SdpaDecodeArgs, scale_log2)
@@ -216,6 +279,17 @@ def test_args_match_c(tmp_path):
     assert struct.unpack_from("<q", blob, c["SdpaScatterArgs.total"])[0] == 100
     assert struct.unpack_from("<i", blob, c["SdpaScatterArgs.c"])[0] == 3
     assert struct.unpack_from("<i", blob, c["SdpaScatterArgs.l0"])[0] == 7
+    blob = bytes(48) + sdpa.flash_tail((1, 2, 3), (4, 5, 6), (7, 8, 9), (10, 11, 12, 13), 14, 15, 16, 17, 18,
+                                       19, 20, 1, 2, True, 0.25)
+    assert len(blob) == c["SdpaFlashArgs"]
+    assert struct.unpack_from("<3q", blob, c["SdpaFlashArgs.q_strides"]) == (1, 2, 3)
+    assert struct.unpack_from("<3q", blob, c["SdpaFlashArgs.v_strides"]) == (7, 8, 9)
+    assert struct.unpack_from("<4q", blob, c["SdpaFlashArgs.mask_strides"]) == (10, 11, 12, 13)
+    assert struct.unpack_from("<q", blob, c["SdpaFlashArgs.sink_stride"])[0] == 14
+    assert struct.unpack_from("<i", blob, c["SdpaFlashArgs.B"])[0] == 15
+    assert struct.unpack_from("<i", blob, c["SdpaFlashArgs.q_tiles"])[0] == 20
+    assert struct.unpack_from("<i", blob, c["SdpaFlashArgs.causal"])[0] == 1
+    assert struct.unpack_from("<f", blob, c["SdpaFlashArgs.scale_log2"])[0] == 0.25
 
 
 @pytest.mark.parametrize("mode,sinks", [("", False), ("causal", False), ("", True)])

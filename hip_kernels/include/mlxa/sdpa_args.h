@@ -98,4 +98,29 @@ struct SdpaScatterArgs {
   int32_t pad0;
 };
 
+// Flash prefill: grid (query tiles, Hq, B); one block computes a tile of query rows of
+// one head against every key tile it can see, with the softmax online (no score matrix
+// in memory). q, k, v are read through their strides (unit last stride); out is
+// (B, Hq, Lq, D) row-contiguous. D == Dv.
+struct SdpaFlashArgs {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* mask;      // any valid address when mask_kind == NONE
+  const void* sinks;     // any valid address when sink_kind == NONE
+  void* out;
+  int64_t q_strides[3];  // b, h, l (elements)
+  int64_t k_strides[3];  // b, h, s
+  int64_t v_strides[3];  // b, h, s
+  int64_t mask_strides[4];  // b, h, l, j (0 where broadcast)
+  int64_t sink_stride;
+  int32_t B, Hq, Hkv, Lq;
+  int32_t Lk;
+  int32_t q_tiles;       // ceil(Lq / the kernel's query tile)
+  int32_t mask_kind;
+  int32_t sink_kind;
+  int32_t causal;
+  float scale_log2;      // scale * log2(e), applied to the scores
+};
+
 }  // extern "C"

@@ -4,6 +4,7 @@ kernel_table.py (standard library only).
 Names:
   sdpa_decode_d<D>_r<R>_<dtype>   decode, head dim D (= value dim), R query rows per block
   sdpa_combine_<dtype>            split-K combine of the decode partials
+  sdpa_flash_d<D>_<dtype>         flash prefill, head dim D (= value dim), tiles flash_config
   sdpa_rows_<dtype>_w<W>          prefill softmax of a score chunk, in place
   sdpa_scatter_<u16|u32|v16>      a prefill chunk's output into (B, Hq, Lq, Dv)
 """
@@ -17,6 +18,28 @@ SCATTER = {"u16": "uint16_t", "u32": "uint32_t", "v16": "mlxa::sdpa::vec16"}
 
 def decode(dtype, d, r):
     return f"sdpa_decode_d{int(d)}_r{int(r)}_{dtype}"
+
+
+FLASH_SHARED = 48 << 10    # static shared memory a CUDA kernel may declare (AMD: 64 KiB LDS)
+FLASH_ACC = 32             # O accumulators per thread at most (registers)
+FLASH_TILES = ((4, 4), (4, 3), (4, 2), (2, 2), (2, 1), (1, 1))   # (RQ, KQ), largest first
+ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def flash_config(dtype, d):
+    """(RQ, KQ) of the flash kernel: query tile 16 RQ rows, key tile 16 KQ rows, the largest
+    whose Q, K (padded rows) and V tiles fit FLASH_SHARED; None: no flash kernel."""
+    isz = ITEMSIZE[dtype]
+    pitch = d + 16 // isz
+    for rq, kq in FLASH_TILES:
+        shared = (16 * rq * pitch + 16 * kq * pitch + 16 * kq * d) * isz
+        if shared <= FLASH_SHARED and rq * (d // 16) <= FLASH_ACC:
+            return rq, kq
+    return None
+
+
+def flash(dtype, d):
+    return f"sdpa_flash_d{int(d)}_{dtype}"
 
 
 def combine(dtype):
@@ -38,6 +61,10 @@ def entries(kt):
             for r in ROWS:
                 yield decode(dt, d, r), f"MLXA_SDPA_DECODE({decode(dt, d, r)}, {ct}, {d}, {r})"
         yield combine(dt), f"MLXA_SDPA_COMBINE({combine(dt)}, {ct})"
+        for d in HEAD_DIMS:
+            cfg = flash_config(dt, d)
+            if cfg:
+                yield flash(dt, d), f"MLXA_SDPA_FLASH({flash(dt, d)}, {ct}, {d}, {cfg[0]}, {cfg[1]})"
         for w in WAVES:
             yield rows(dt, w), f"MLXA_SDPA_ROWS({rows(dt, w)}, {ct}, {w})"
     for kind, ct in SCATTER.items():

@@ -13,7 +13,17 @@ Two paths:
   read of K and V for all query heads of a group, split over the keys so that the GPU is
   full (splits from Lk and the device's CU count), a small combine kernel after. K/V
   are read through their strides (a KV cache is a slice of a larger buffer).
-* prefill (anything else with a float16/bfloat16/float32 dtype): the queries in chunks
+* flash prefill (D == Dv, a tile configuration for the dtype and head dim: every head dim
+  for float16/bfloat16, all but 256 for float32; unit last strides): our kernel, one
+  launch, one block per tile of query rows of one head, the softmax online over key tiles
+  in shared memory, no score matrix in memory; causal tiles stop at their last visible
+  key. Taken up to FLASH_MAX_WORK query x key pairs per head and FLASH_MAX_KEYS keys:
+  its float32 FMA loses to the vendor GEMMs' matrix cores beyond (sdpa_bench-h200.json:
+  at 512 x 512 it matches them on the GPU and saves 16 host calls a layer; 2.8x slower at
+  4096), and without a split over the keys a few query rows against many keys leave the
+  GPU idle. ``MLX_AMD_SDPA_PREFILL=flash|gemm`` forces one path (tests, A/B; plans are
+  cached).
+* GEMM prefill (anything else with a float16/bfloat16/float32 dtype): the queries in chunks
   (temporary scores bounded by CHUNK_BYTES); per chunk S = scale Q K^T through the
   matmul family (vendor GEMM; the query heads of a GQA group fold into the rows of one
   GEMM against their shared K, from a copy of q in (B, Hkv, Lq, G, D) order), our row
@@ -30,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import struct
 
 from .. import kernel_table as kt
@@ -67,8 +78,13 @@ _DECODE = struct.Struct("<4q3q3q4qq10if i".replace(" ", ""))   # after the 8 poi
 _COMBINE = struct.Struct("<q6i")                                 # after the 4 pointers
 _ROWS = struct.Struct("<q4qqq10i")                               # after the 3 pointers
 _SCATTER = struct.Struct("<q6i")                                 # after the 2 pointers
+_FLASH = struct.Struct("<3q3q3q4qq9if")                          # after the 6 pointers
 ARG_SIZES = {"SdpaDecodeArgs": 64 + _DECODE.size, "SdpaCombineArgs": 32 + _COMBINE.size,
-             "SdpaRowsArgs": 24 + _ROWS.size, "SdpaScatterArgs": 16 + _SCATTER.size}
+             "SdpaRowsArgs": 24 + _ROWS.size, "SdpaScatterArgs": 16 + _SCATTER.size,
+             "SdpaFlashArgs": 48 + _FLASH.size}
+FLASH_BLOCK = 256          # mlxa::sdpa::kFlashBlock
+FLASH_MAX_WORK = 512 * 512
+FLASH_MAX_KEYS = 1024
 
 
 def decode_tail(q_strides, k_strides, v_strides, mask_strides, sink_stride, B, Hq, Hkv, Lq, Lk,
@@ -86,6 +102,12 @@ def rows_tail(ld, mask_strides, sink_stride, rows, n, G, c, Hkv, l0, Lq, Lk, mas
               causal) -> bytes:
     return _ROWS.pack(ld, *mask_strides, sink_stride, rows, n, G, c, Hkv, l0, Lq, Lk, mask_kind,
                       sink_kind, int(causal))
+
+
+def flash_tail(q_strides, k_strides, v_strides, mask_strides, sink_stride, B, Hq, Hkv, Lq, Lk, q_tiles,
+               mask_kind, sink_kind, causal, scale_log2) -> bytes:
+    return _FLASH.pack(*q_strides, *k_strides, *v_strides, *mask_strides, sink_stride, B, Hq, Hkv, Lq,
+                       Lk, q_tiles, mask_kind, sink_kind, int(causal), scale_log2)
 
 
 def scatter_tail(total, c, G, dv, Lq, l0) -> bytes:
@@ -296,7 +318,34 @@ class DecodeRebind:
         return out_
 
 
-# ---- prefill ------------------------------------------------------------------------------
+# ---- flash prefill ------------------------------------------------------------------------
+
+def _unit_last(x: Layout) -> bool:
+    return x.shape[3] <= 1 or x.strides[3] == 1
+
+
+def plan_flash(node, p: Problem, device) -> Plan | None:
+    force = os.environ.get("MLX_AMD_SDPA_PREFILL", "")
+    if force == "gemm" or (force != "flash" and (p.Lq * p.Lk > FLASH_MAX_WORK or p.Lk > FLASH_MAX_KEYS)):
+        return None
+    q, k, v = node.ins[:3]
+    t = kt.table(FAMILY)
+    cfg = t.flash_config(p.dt, p.D) if p.D == p.Dv and p.D in HEAD_DIMS else None
+    if cfg is None or not all(_unit_last(x) for x in (q, k, v)):
+        return None
+    q_tiles = -(-p.Lq // (16 * cfg[0]))
+    if q_tiles > INT32 or p.Hq > GRID_YZ or p.B > GRID_YZ:
+        return None
+    mask_ref = inp(p.mask_index) if p.mask_index >= 0 else inp(0)
+    sink_ref = inp(p.sink_index) if p.sink_index >= 0 else inp(0)
+    tail = flash_tail(q.strides[:3], k.strides[:3], v.strides[:3], p.mask_strides, p.sink_stride, p.B, p.Hq,
+                      p.Hkv, p.Lq, p.Lk, q_tiles, p.mask_kind, p.sink_kind, p.causal,
+                      p.scale * math.log2(math.e))
+    return Plan((Launch(FAMILY, t.flash(p.dt, p.D), (q_tiles, p.Hq, p.B), (FLASH_BLOCK, 1, 1), 0, 6, tail,
+                        (inp(0), inp(1), inp(2), mask_ref, sink_ref, out(0))),))
+
+
+# ---- GEMM prefill -------------------------------------------------------------------------
 
 class _Temps:
     """Temporaries of the node: ours by name, and the sub-plans' (matmul, copy) mapped
@@ -421,7 +470,8 @@ def plan_node(node, device):
         return Plan((Memset(out(0), node.out.nbytes, 0),))
     if p.D == 0:
         return None
-    plan = plan_decode(node, p, device)
-    if plan is not None:
-        return plan
-    return plan_prefill(node, p, device)
+    for planner in (plan_decode, plan_flash, plan_prefill):
+        plan = planner(node, p, device)
+        if plan is not None:
+            return plan
+    return None
