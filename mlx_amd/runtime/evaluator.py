@@ -122,6 +122,9 @@ class Evaluator:
         self.replay = self.native is not None and os.environ.get("MLX_AMD_REPLAY", "1") != "0"
         self.programs: dict = {}           # fingerprint -> _Program
         self._seen: dict = {}              # fingerprint -> sightings before recording
+        # replays make library calls (GEMMs) from native code; MLX_AMD_NATIVE_CALLS=0 keeps
+        # them in Python (A/B); read when a program is recorded
+        self.native_calls = os.environ.get("MLX_AMD_NATIVE_CALLS", "1") != "0"
         self.replays = 0                   # evaluations that ran through a program
         self.replay_python = 0             # nodes of those that differed and ran here
         self._leaf_consts = None           # key -> device copy of the running graph's constants
@@ -598,7 +601,7 @@ class Evaluator:
             out_ptrs.append(ptr)
         if prog is not None:
             g.record(prog, i, 2)
-            self._record(prog, i, plan, out_nbytes)
+            self._record(prog, i, plan, out_nbytes, in_ptrs, out_ptrs)
         self.run_plan(plan, in_ptrs, out_ptrs, donated)
         fresh = []
         for j, key in enumerate(keys):
@@ -607,17 +610,25 @@ class Evaluator:
                 fresh.append((key, out_ptrs[j]))
         return fresh or True
 
-    def _record(self, prog, i, plan, out_nbytes):
+    def _record(self, prog, i, plan, out_nbytes, in_ptrs, out_ptrs):
         """Hand node i's plan to the program as native steps (temporaries at offsets of
-        one arena: one stream, so every node can reuse it)."""
+        one arena: one stream, so every node can reuse it). A host call that can say how
+        to make its library call natively (``native(ctx, ptrs)``: GEMMs) becomes a native
+        step, with its Python callable as the fallback; ``in_ptrs``/``out_ptrs`` (this
+        sighting's addresses) give the alignment its library set-up is chosen for."""
         offs, total = [], 0
         for n in plan.temps:
             offs.append(total)
             total += (n + 255) & ~255
         stream, driver = self.stream, self.driver
+        arena = 1 << 40     # stands for the arena's base here: only its 256-byte alignment counts
 
         def refs_of(refs):
             return [("t", 0, offs[r[1]] + r[2]) if r[0] == "t" else (r[0], r[1], r[2]) for r in refs]
+
+        def address(r):
+            base = in_ptrs[r[1]] if r[0] == "i" else out_ptrs[r[1]] if r[0] == "o" else arena + offs[r[1]]
+            return base + r[2]
 
         def convert(steps, init_out):
             out = []
@@ -634,7 +645,14 @@ class Evaluator:
                     if st.nbytes:
                         out.append(("C", _MemsetStep(driver, st.value, st.nbytes, stream), refs_of([st.ref]), init_out))
                 else:
-                    out.append(("C", _HostStep(st.fn, stream, self), refs_of(st.refs), init_out))
+                    call = _HostStep(st.fn, stream, self)
+                    nat = None
+                    if self.native_calls and hasattr(st.fn, "native"):
+                        nat = st.fn.native(self, [address(r) for r in st.refs])
+                    if nat is None:
+                        out.append(("C", call, refs_of(st.refs), init_out))
+                    else:
+                        out.append(("N", call, refs_of(st.refs), init_out, nat))
             return out
 
         steps = []

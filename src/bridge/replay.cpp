@@ -41,6 +41,49 @@ bool same_layout(const PLayout& l, const mx::array& a) {
 
 [[noreturn]] void bad(const std::string& msg) { throw nb::value_error(msg.c_str()); }
 
+using LtMatmulFn = int (*)(void*, void*, const void*, const void*, void*, const void*, void*,
+                           const void*, const void*, void*, void*, void*, const void*, void*,
+                           size_t, void*);
+
+std::string bytes_of(nb::handle h) {
+  auto b = nb::cast<nb::bytes>(h);
+  return std::string(b.c_str(), b.size());
+}
+
+// (fn, handle, desc, la, lb, lc, ws, ws_size, alpha, beta, algo, (align A, B, C/D),
+//  alive address, (step ref of A, B, D), jobs [(A, B, D offsets)], keep)
+std::shared_ptr<PLibCall> lib_call_of(nb::tuple t) {
+  if (t.size() != 16) bad("set_gpu: a native library step takes 16 fields");
+  auto c = std::make_shared<PLibCall>();
+  uintptr_t* fields[] = {&c->fn, &c->handle, &c->desc, &c->la, &c->lb, &c->lc, &c->ws};
+  for (int i = 0; i < 7; ++i) *fields[i] = nb::cast<uintptr_t>(t[i]);
+  c->ws_size = nb::cast<size_t>(t[7]);
+  c->alpha = bytes_of(t[8]);
+  c->beta = bytes_of(t[9]);
+  c->algo = bytes_of(t[10]);
+  auto al = nb::cast<nb::tuple>(t[11]);
+  if (al.size() != 3) bad("set_gpu: a native library step takes 3 alignments");
+  for (int i = 0; i < 3; ++i) {
+    c->align[i] = nb::cast<uintptr_t>(al[i]);
+    if (c->align[i] == 0 || (c->align[i] & (c->align[i] - 1))) bad("set_gpu: an alignment must be a power of two");
+  }
+  c->alive = reinterpret_cast<const int32_t*>(nb::cast<uintptr_t>(t[12]));
+  auto ops = nb::cast<nb::tuple>(t[13]);
+  if (ops.size() != 3) bad("set_gpu: a native library step names 3 operands");
+  for (int i = 0; i < 3; ++i) {
+    c->operand[i] = nb::cast<int>(ops[i]);
+    if (c->operand[i] < 0 || c->operand[i] > 2) bad("set_gpu: a native library operand is one of 3 refs");
+  }
+  for (auto j : nb::cast<nb::list>(t[14])) {
+    auto jt = nb::cast<nb::tuple>(j);
+    if (jt.size() != 3) bad("set_gpu: a native library job is (A, B, D) offsets");
+    for (int i = 0; i < 3; ++i) c->jobs.push_back(nb::cast<int64_t>(jt[i]));
+  }
+  if (c->fn == 0 || c->alive == nullptr || c->jobs.empty()) bad("set_gpu: an incomplete native library step");
+  c->keep = nb::borrow(t[15]);
+  return c;
+}
+
 // A KV-cache write (SliceUpdate) at another position than the recorded one: same
 // reduction, extents and steps, so the recorded steps apply with the output
 // reference moved. Returns the move in bytes of `out`'s row-major layout, or
@@ -116,12 +159,13 @@ void Program::set_gpu(int64_t n, nb::tuple out_nbytes, nb::list donate,
       auto tail = nb::cast<nb::bytes>(t[6]);
       st.tail.assign(tail.c_str(), tail.size());
       st.init_out = nb::cast<int32_t>(t[7]);
-    } else if (kind == "C") {
+    } else if (kind == "C" || kind == "N") {
       st.callback = nb::borrow(t[1]);
       refs = t[2];
       st.init_out = nb::cast<int32_t>(t[3]);
+      if (kind == "N") st.lib = lib_call_of(nb::cast<nb::tuple>(t[4]));
     } else {
-      bad("set_gpu: step kind must be 'L' or 'C', got '" + kind + "'");
+      bad("set_gpu: step kind must be 'L', 'C' or 'N', got '" + kind + "'");
     }
     for (auto r : nb::cast<nb::list>(refs)) {
       auto rt = nb::cast<nb::tuple>(r);
@@ -236,6 +280,32 @@ void Program::cache_leaves(nb::list entries) {
 
 void Program::forget_leaves(nb::list keys) {
   for (auto k : keys) leaves_.erase(nb::cast<uintptr_t>(k));
+}
+
+int PLibCall::call(const std::vector<uintptr_t>& ptrs, uintptr_t stream) const {
+  if (ptrs.size() != 3 || *alive == 0) return -1;
+  auto at = [&](size_t j, int i) { return ptrs[operand[i]] + static_cast<uintptr_t>(jobs[j + i]); };
+  for (size_t j = 0; j < jobs.size(); j += 3) {
+    for (int i = 0; i < 3; ++i) {
+      if (at(j, i) & (align[i] - 1)) return -1;
+    }
+  }
+  auto f = reinterpret_cast<LtMatmulFn>(fn);
+  for (size_t j = 0; j < jobs.size(); j += 3) {
+    auto a = reinterpret_cast<const void*>(at(j, 0));
+    auto b = reinterpret_cast<const void*>(at(j, 1));
+    auto d = reinterpret_cast<void*>(at(j, 2));
+    int st = f(reinterpret_cast<void*>(handle), reinterpret_cast<void*>(desc), alpha.data(), a,
+               reinterpret_cast<void*>(la), b, reinterpret_cast<void*>(lb), beta.data(), d,
+               reinterpret_cast<void*>(lc), d, reinterpret_cast<void*>(lc), algo.data(),
+               ws_size ? reinterpret_cast<void*>(ws) : nullptr, ws_size,
+               reinterpret_cast<void*>(stream));
+    if (st) {
+      if (j) bad("replay: a native GEMM failed after " + std::to_string(j / 3) + " of its jobs ran");
+      return st;
+    }
+  }
+  return 0;
 }
 
 nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
@@ -429,7 +499,9 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       }
       if (st.callback.is_valid()) {
         if (graphs) issue_pending();
-        st.callback(int_tuple(ptrs));
+        // the library called natively; its Python callable where that cannot serve
+        // (less aligned addresses, a closed engine) or failed (it reports the error)
+        if (!st.lib || st.lib->call(ptrs, stream) != 0) st.callback(int_tuple(ptrs));
         continue;
       }
       const unsigned* grid = rb ? rb->grid : st.grid;

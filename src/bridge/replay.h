@@ -26,15 +26,36 @@ struct PRef {
   int64_t offset;  // bytes
 };
 
+// A BLAS-Lt matmul the replay calls itself (cublasLtMatmul and hipblasLtMatmul take the
+// same parameters), per job D = alpha op(A) op(B) + beta C with C = D. Everything but
+// the addresses was set up by Python (blas/lt.py: LtEngine.native): the library's
+// handle, descriptors and heuristic algorithm, which its engine keeps until it closes
+// (then *alive turns 0 and the step's Python callback serves again).
+struct PLibCall {
+  uintptr_t fn = 0, handle = 0, desc = 0, la = 0, lb = 0, lc = 0, ws = 0;
+  size_t ws_size = 0;
+  std::string alpha, beta, algo;   // scale-type bytes; the algorithm's opaque bytes
+  uintptr_t align[3] = {1, 1, 1};  // A, B, C/D: alignment the algorithm was chosen for
+  const int32_t* alive = nullptr;
+  int operand[3] = {0, 1, 2};      // which of the step's refs are A, B and C/D
+  std::vector<int64_t> jobs;       // (A, B, D) byte offsets per job from those
+  nb::object keep;                 // the engine (owns *alive and the descriptors)
+  // 0, the library's status, or -1: an address is less aligned than recorded (or the
+  // engine closed) and nothing ran
+  int call(const std::vector<uintptr_t>& ptrs, uintptr_t stream) const;
+};
+
 struct PStep {
-  // a kernel launch (callback empty) or a Python callable taking the
-  // resolved addresses (memsets, vendor-library calls)
+  // a kernel launch (callback empty), a Python callable taking the resolved
+  // addresses (memsets, vendor-library calls), or a library call made natively (lib,
+  // with the callable as its fallback)
   uintptr_t function = 0;
   unsigned grid[3] = {0, 0, 0}, block[3] = {1, 1, 1};
   unsigned shared_mem = 0;
   std::vector<PRef> refs;
   std::string tail;
   nb::object callback;
+  std::shared_ptr<PLibCall> lib;
   int32_t init_out = -1;  // >= 0: runs only when that output was not donated
 };
 

@@ -5,6 +5,7 @@ ones MLX drops are recycled natively, the survivors get residency records, and n
 across many steps; with a counting graph API, replays launch one graph each, updating only
 the kernel nodes whose arguments changed."""
 
+import ctypes
 import os
 import shutil
 import sys
@@ -317,3 +318,67 @@ def test_first_sightings_take_constants_by_value_without_records(null_runtime):
         assert addr is not None and ctypes.string_at(addr, 4) == v
         assert bridge_key(c) not in res._recs        # no per-buffer record for a constant
     assert ev.replays == 0
+
+
+# cublasLtMatmul / hipblasLtMatmul: 14 pointers, the workspace size, the stream
+_LT_MATMUL = ctypes.CFUNCTYPE(ctypes.c_int, *([ctypes.c_void_p] * 14), ctypes.c_size_t, ctypes.c_void_p)
+
+
+def test_replayed_gemms_call_the_library_natively(null_runtime, monkeypatch):
+    """A GEMM's host call becomes a native step when its library can say how to call it
+    (blas.native; faked here by a C-callable recorder): replays then call it from C++ with
+    the library's A = our B, B = our A, C = D = the output, and the recorded handle,
+    descriptors, scalars, algorithm and workspace; once the engine closes (alive = 0) the
+    Python callable serves again."""
+    from mlx_amd.runtime import blas
+    from mlx_amd.runtime.ops import matmul
+
+    ev, res = null_runtime.evaluator, null_runtime.residency
+    calls, python = [], []
+
+    @_LT_MATMUL
+    def fake(handle, desc, alpha, a, la, b, lb, beta, c, lc, d, ld, algo, ws, wss, stream):
+        calls.append((handle, desc, a, la, b, lb, c, lc, d, ld, ws, wss, ctypes.string_at(alpha, 4),
+                      ctypes.string_at(beta, 4), ctypes.string_at(algo, 4)))
+        return 0
+
+    alive = ctypes.c_int32(1)
+    asked = []
+
+    def native(ctx, g, aligns):
+        asked.append(aligns)
+        return (ctypes.cast(fake, ctypes.c_void_p).value, 11, 12, 13, 14, 15, 16, 1 << 20,
+                struct_f(1.0), struct_f(0.0), b"algo" * 16, aligns[:2] + (min(aligns[2:]),),
+                ctypes.addressof(alive)), alive      # (the keep-alive object: anything)
+
+    def struct_f(v):
+        return bytes(ctypes.c_float(v))
+
+    orig_call = matmul.GemmCall.__call__
+
+    def counted(self, ptrs, stream, ctx):
+        python.append(ptrs)
+        return orig_call(self, ptrs, stream, ctx)
+
+    monkeypatch.setattr(blas, "native", native)
+    monkeypatch.setattr(matmul.GemmCall, "__call__", counted)
+    w = mx.array(np.ones((128, 256), np.float32))
+    ev.eval([w])
+    ys = []
+    for k in range(5):
+        x = mx.array(np.full((64, 128), k, np.float32))
+        y = x @ w
+        ev.eval([y])
+        ys.append((x, y))
+    assert ev.replays >= 3 and asked, (ev.replays, asked)
+    assert len(calls) == ev.replays and len(python) == 5 - ev.replays
+    for (x, y), c in zip(ys[5 - len(calls):], calls):
+        dev = {n: res._recs[bridge_key(a)].dev_ptr for n, a in (("x", x), ("w", w), ("y", y))}
+        assert c[:2] == (11, 12) and (c[3], c[5], c[7], c[9]) == (13, 14, 15, 15)
+        assert (c[2], c[4], c[6], c[8]) == (dev["w"], dev["x"], dev["y"], dev["y"])
+        assert c[10:] == (16, 1 << 20, struct_f(1.0), struct_f(0.0), b"algo")
+    alive.value = 0                        # the engine closed: the callable runs instead
+    n, p, r = len(calls), len(python), ev.replays
+    x = mx.array(np.full((64, 128), 9, np.float32))
+    ev.eval([x @ w])
+    assert ev.replays == r + 1 and len(calls) == n and len(python) == p + 1

@@ -109,6 +109,25 @@ def run(ctx, g: Gemm, a: int, b: int, c: int, d: int, stream) -> bool:
     return False
 
 
+def native(ctx, g: Gemm, aligns: tuple):
+    """(native-call fields (LtEngine.native), engine) of the library ``run`` would use for
+    ``g`` at addresses aligned to ``aligns`` (A, B, C, D), or None when that library has no
+    native form or none takes the problem (the replay then calls back into Python)."""
+    if os.environ.get(ENV, "auto") == "none":
+        return None
+    arch = getattr(ctx.props, "arch", "")
+    for eng in engines(ctx):
+        if not eng.supports(g.dtype, arch):
+            continue
+        if not hasattr(eng, "native"):
+            return None
+        try:
+            return eng.native(g, aligns), eng
+        except NotSupported:
+            continue
+    return None
+
+
 def close_all() -> None:
     with _lock:
         for _, _, usable in _engines.values():
@@ -117,4 +136,4 @@ def close_all() -> None:
         _engines.clear()
 
 
-__all__ = ["Gemm", "run", "engines", "close_all", "NotSupported"]
+__all__ = ["Gemm", "run", "native", "engines", "close_all", "NotSupported"]

@@ -118,6 +118,7 @@ class LtEngine:
         self.problems: dict = {}
         self.ws_block = None
         self.lock = threading.Lock()
+        self.alive = ctypes.c_int32(1)   # read by native replay steps (native); 0 once closed
 
     def _describe(self, status: int) -> tuple:
         name = self.k["status"].get(status, f"status {status}")
@@ -217,6 +218,20 @@ class LtEngine:
                 self.check(st, "lt_matmul", self.handle, "desc", g.alpha, hex(a), "A", hex(b), "B", g.beta,
                            hex(c), "C", hex(d), "D", "algo", "workspace", p.ws, stream)
 
+    def native(self, g, aligns) -> tuple:
+        """What a replay needs to call the library itself for problem ``g`` at addresses of
+        at least ``aligns`` (A, B, C, D as the library names them): the fields of the
+        bridge's native library step before its jobs (replay.h, PLibCall). NotSupported
+        as matmul raises it."""
+        with self.lock:
+            p = self._problem(g, aligns)
+            ws, wsize = self._workspace()
+        fn = ctypes.cast(self.lib.lt_matmul, ctypes.c_void_p).value
+        la, lb, lc = p.layouts
+        return (fn, self.handle.value, p.desc.value, la.value, lb.value, lc.value, ws if p.ws else 0,
+                min(p.ws, wsize) if p.ws else 0, scalar_bytes(g.dtype, g.alpha), scalar_bytes(g.dtype, g.beta),
+                p.algo.raw, (aligns[0], aligns[1], min(aligns[2], aligns[3])), ctypes.addressof(self.alive))
+
     def _destroy(self, p) -> None:
         for lay in getattr(p, "layouts", ()):
             self.lib.lt_layout_destroy(lay)
@@ -224,6 +239,7 @@ class LtEngine:
             self.lib.lt_desc_destroy(p.desc)
 
     def close(self) -> None:
+        self.alive.value = 0
         for p in self.problems.values():
             if p is not NotSupported:
                 self._destroy(p)

@@ -158,6 +158,24 @@ class GemmCall:
         for lau, (fa, fb, fc, fd) in self.fallback:
             run(lau, ctx.modules, ctx.driver, (a + fa, b + fb, d + fc, d + fd), stream)
 
+    def native(self, ctx, ptrs):
+        """The fields of a native library step (bridge replay.h, PLibCall) for a replay to
+        make these calls itself at addresses aligned at least as ``ptrs`` (A, B, D) are,
+        or None (the library has no native form, or takes no part of the problem)."""
+        from .. import blas
+        from ..blas.lt import alignment
+
+        a, b, d = ptrs
+        al = [256, 256, 256]
+        for oa, ob, od in self.jobs:     # the library's A is our B (D^T = B^T A^T)
+            for i, p in enumerate((b + ob, a + oa, d + od)):
+                al[i] = min(al[i], alignment(p))
+        got = blas.native(ctx, self.gemm, (al[0], al[1], al[2], al[2]))
+        if got is None:
+            return None
+        fields, eng = got
+        return fields + ((1, 0, 2), [(ob, oa, od) for oa, ob, od in self.jobs], eng)
+
 
 # ---- planning -----------------------------------------------------------------------------
 
