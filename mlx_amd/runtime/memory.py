@@ -30,6 +30,7 @@ The pools are not thread-safe: the evaluator's thread owns them.
 
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Callable, Optional
 
@@ -145,12 +146,16 @@ class Pool:
                 raise
             self._oom_retries += 1
             self.clear_cache()
+            self._settle()
             try:
                 return self._raw_alloc(size)
             except DriverError as e2:
                 if not e2.out_of_memory:
                     raise
                 raise self._oom(nbytes, size, str(e2)) from e2
+
+    def _settle(self) -> None:
+        """After a release: make the released memory allocatable again (see DevicePool)."""
 
     def _oom(self, nbytes: int, size: int, why: str) -> MemoryError:
         try:
@@ -219,16 +224,52 @@ def _check_limit(what: str, limit) -> int:
     return int(limit)
 
 
+def use_async_alloc(driver, env=os.environ) -> bool:
+    """Whether device blocks come from the driver's stream-ordered allocator.
+
+    ``MLX_AMD_ASYNC_ALLOC``: auto (default): on CUDA where the device has a default memory
+    pool; off on HIP until it is measured on an AMD GPU (hipMallocAsync is in ROCm 6 but
+    nothing here has run it on AMD hardware); 1: wherever the driver has it; 0: never."""
+    mode = env.get("MLX_AMD_ASYNC_ALLOC", "auto").strip().lower()
+    if mode not in ("auto", "0", "1"):
+        raise ValueError(f"MLX_AMD_ASYNC_ALLOC={mode!r}: expected auto, 0 or 1")
+    if mode == "0" or (mode == "auto" and getattr(driver, "platform", "") != "nvidia"):
+        return False
+    supported = getattr(driver, "async_alloc_supported", None)
+    return bool(supported and supported())
+
+
 class DevicePool(Pool):
-    """Device memory: ``driver.malloc``, or ``malloc_managed`` when ``managed``."""
+    """Device memory: ``driver.malloc``, or ``malloc_managed`` when ``managed``.
+
+    With the stream-ordered allocator (``use_async_alloc``), blocks are freed without the
+    device-wide synchronisation and unmapping of a plain free: mlx-lm clears the cache
+    after each prefill chunk, and on the H200 those frees and the allocations refilling
+    the cache cost 2 ms of a llama-1b and 7 ms of a llama-8b time to first token. A freed
+    block is reused by the driver for the next allocation at once and handed back to the
+    system at the next synchronisation, so ``clear_cache`` still returns the memory."""
 
     kind = "device"
 
     def __init__(self, driver, managed: bool = False, limit: Optional[int] = None):
-        alloc = driver.malloc_managed if managed else driver.malloc
+        self.async_alloc = not managed and use_async_alloc(driver)
+        self._driver = driver
+        if managed:
+            alloc, free = driver.malloc_managed, driver.free
+        elif self.async_alloc:
+            alloc, free = driver.malloc_async, driver.free_async
+        else:
+            alloc, free = driver.malloc, driver.free
         if limit is None:
             limit = int(driver.mem_info()[1] * (SHARED_FRACTION if managed else DISCRETE_FRACTION))
-        super().__init__(alloc, driver.free, driver.mem_info, limit)
+        super().__init__(alloc, free, driver.mem_info, limit)
+
+    def stats(self) -> dict:
+        return dict(super().stats(), async_alloc=self.async_alloc)
+
+    def _settle(self) -> None:
+        if self.async_alloc:    # the frees complete and their memory leaves the driver's pool
+            self._driver.synchronize()
 
 
 class HostPool(Pool):

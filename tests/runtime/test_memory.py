@@ -327,6 +327,34 @@ def test_real_device_oom_is_a_memory_error_and_the_pool_survives():
     pool.clear_cache()
 
 
+@pytest.mark.gpu
+def test_real_device_async_pool_round_trip_and_release():
+    """On CUDA the device pool takes the stream-ordered allocator by default: blocks keep
+    their bytes through the stream, a cleared cache is reused at once, and after a
+    synchronize the memory is the system's again (free memory back where it was)."""
+    import ctypes
+
+    from mlx_amd.runtime.driver import get_driver
+    d = get_driver()
+    pool = DevicePool(d)
+    assert pool.async_alloc == (d.platform == "nvidia")
+    d.synchronize()
+    free0 = d.mem_info()[0]
+    host = (ctypes.c_uint8 * (64 * MiB))()
+    for rnd in range(3):
+        blocks = [pool.alloc(64 * MiB) for _ in range(4)]
+        for k, b in enumerate(blocks):
+            d.memset(b.data, 16 * rnd + k, 64 * MiB)
+        for k, b in enumerate(blocks):
+            d.memcpy_dtoh(ctypes.addressof(host), b.data, 64 * MiB)
+            assert host[0] == host[64 * MiB - 1] == 16 * rnd + k
+        for b in blocks:
+            pool.free(b)
+        pool.clear_cache()
+    d.synchronize()
+    assert d.mem_info()[0] >= free0 - 64 * MiB       # (the driver may keep a little)
+
+
 # --- slabs ---------------------------------------------------------------------------
 
 def test_small_classes_share_slabs_and_a_slab_goes_back_when_unused(pool, fake):
@@ -382,3 +410,78 @@ def test_slabs_stay_consistent_under_random_use(fake):
         pool.free(b)
     pool.clear_cache()
     assert held(fake) == 0 and pool.stats()["slack"] == 0
+
+
+# --- the stream-ordered allocator --------------------------------------------------------
+
+class AsyncFake(FakeDriver):
+    """A driver with the stream-ordered allocator: its frees are logged apart, and memory
+    freed that way only returns to the capacity at the next synchronize."""
+
+    platform = "nvidia"
+
+    def __init__(self, capacity=1 << 40):
+        super().__init__(capacity)
+        self.pending = []
+
+    def async_alloc_supported(self):
+        return True
+
+    def malloc_async(self, n):
+        p = self.malloc(n)
+        self.log[-1] = ("malloc_async", p, n)
+        return p
+
+    def free_async(self, p):
+        self.pending.append(p)
+        self.log.append(("free_async", p, self.live[p]))
+
+    def synchronize(self):
+        for p in self.pending:
+            self.live.pop(p)
+        self.pending = []
+        self.log.append(("synchronize", 0, 0))
+
+
+def test_async_pool_allocates_and_clears_stream_ordered(monkeypatch):
+    monkeypatch.delenv("MLX_AMD_ASYNC_ALLOC", raising=False)
+    drv = AsyncFake()
+    pool = DevicePool(drv, limit=1 << 36)
+    assert pool.async_alloc and pool.stats()["async_alloc"]
+    blocks = [pool.alloc(n) for n in (4 * MiB, 10 * MiB, 100)]
+    for b in blocks:
+        pool.free(b)
+    pool.clear_cache()
+    assert pool.get_cache_memory() == 0
+    assert len(drv.calls("malloc_async")) == 3 and len(drv.calls("free_async")) == 3
+    assert not drv.calls("malloc") and not drv.calls("free") and not drv.calls("synchronize")
+
+
+def test_async_pool_choice_follows_platform_and_switch(monkeypatch):
+    monkeypatch.delenv("MLX_AMD_ASYNC_ALLOC", raising=False)
+    hip = AsyncFake()
+    hip.platform = "amd"
+    assert not DevicePool(hip, limit=1 << 30).async_alloc        # unmeasured on AMD: off by default
+    monkeypatch.setenv("MLX_AMD_ASYNC_ALLOC", "1")
+    assert DevicePool(hip, limit=1 << 30).async_alloc
+    assert not DevicePool(FakeDriver(), limit=1 << 30).async_alloc   # a driver without it
+    monkeypatch.setenv("MLX_AMD_ASYNC_ALLOC", "0")
+    assert not DevicePool(AsyncFake(), limit=1 << 30).async_alloc
+    assert not DevicePool(AsyncFake(), managed=True, limit=1 << 30).async_alloc
+    monkeypatch.setenv("MLX_AMD_ASYNC_ALLOC", "yes")
+    with pytest.raises(ValueError, match="MLX_AMD_ASYNC_ALLOC"):
+        DevicePool(AsyncFake(), limit=1 << 30)
+
+
+def test_async_pool_oom_retry_waits_for_its_frees(monkeypatch):
+    """Memory freed stream-ordered is the driver's again only after a synchronize: the
+    out-of-memory retry clears the cache, synchronizes, and then succeeds."""
+    monkeypatch.delenv("MLX_AMD_ASYNC_ALLOC", raising=False)
+    drv = AsyncFake(capacity=64 * MiB)
+    pool = DevicePool(drv, limit=1 << 36)
+    b = pool.alloc(40 * MiB)
+    pool.free(b)                       # cached
+    c = pool.alloc(60 * MiB)           # does not fit beside the cached block
+    assert pool.stats()["oom_retries"] == 1 and c.size >= 60 * MiB
+    names = [e[0] for e in drv.log]
+    assert names.index("free_async") < names.index("synchronize") < len(names) - 1

@@ -112,6 +112,10 @@ class Driver:
     def host_alloc(self, nbytes: int) -> int: raise NotImplementedError    # pinned
     def host_free(self, ptr: int) -> None: raise NotImplementedError
     def malloc_managed(self, nbytes: int) -> int: raise NotImplementedError
+    # the stream-ordered allocator (drivers that have it say so)
+    def async_alloc_supported(self) -> bool: return False
+    def malloc_async(self, nbytes: int) -> int: raise NotImplementedError
+    def free_async(self, ptr: int) -> None: raise NotImplementedError
     def memset(self, ptr: int, value: int, nbytes: int, stream=None) -> None: raise NotImplementedError
     # dst/src are device or host addresses; kind is inferred by the driver (unified addressing)
     def memcpy(self, dst: int, src: int, nbytes: int) -> None: raise NotImplementedError

@@ -89,6 +89,9 @@ class CudaDriver(TableDriver):
         self.check(self.lib.device_get(ctypes.byref(d), ordinal), "device_get", "&device", ordinal)
         return d.value
 
+    def _device_handle(self) -> int:
+        return self._cu_device(self._device)
+
     def _bind_thread(self) -> None:
         ctx = self._contexts.get(self._device)
         if ctx is None:

@@ -81,6 +81,10 @@ TABLE: tuple[Entry, ...] = tuple(Entry(*row) for row in (
     ("mem_host_alloc",         "hipHostMalloc",              "cuMemHostAlloc",        I, (pP, Z, U)),
     ("mem_host_free",          "hipHostFree",                "cuMemFreeHost",         I, (P,)),
     ("mem_alloc_managed",      "hipMallocManaged",           "cuMemAllocManaged",     I, (pP, Z, U)),
+    # the stream-ordered allocator: frees that neither synchronise nor unmap at once
+    ("mem_alloc_async",        "hipMallocAsync",             "cuMemAllocAsync",       I, (pP, Z, P)),
+    ("mem_free_async",         "hipFreeAsync",               "cuMemFreeAsync",        I, (P, P)),
+    ("device_get_default_mem_pool", "hipDeviceGetDefaultMemPool", "cuDeviceGetDefaultMemPool", I, (pP, I)),
     ("memset_d8_async",        "hipMemsetD8Async",           "cuMemsetD8Async",       I, (P, B, Z, P)),
     ("memcpy_htod",            "hipMemcpyHtoD",              "cuMemcpyHtoD_v2",       I, (P, P, Z)),
     ("memcpy_dtoh",            "hipMemcpyDtoH",              "cuMemcpyDtoH_v2",       I, (P, P, Z)),
@@ -524,6 +528,30 @@ class TableDriver(Driver):
 
     def malloc_managed(self, nbytes: int) -> int:
         return self._alloc("mem_alloc_managed", nbytes, MEM_ATTACH_GLOBAL)
+
+    # The stream-ordered allocator, on the legacy default stream (None), which every
+    # stream of ours (created blocking) is ordered with: a block freed there is reused by
+    # the next allocation at once, and handed back to the system at the next
+    # synchronisation (the device's default pool keeps its release threshold of 0).
+    def async_alloc_supported(self) -> bool:
+        """Whether malloc_async/free_async serve (the device has a default memory pool)."""
+        self._bind()
+        pool = ctypes.c_void_p()
+        try:
+            return self.lib.device_get_default_mem_pool(ctypes.byref(pool), self._device_handle()) == 0 and bool(pool.value)
+        except DriverUnavailable:     # a runtime without the entry points
+            return False
+
+    def _device_handle(self) -> int:
+        """What the vendor's device calls take for the current device (HIP: the ordinal)."""
+        return self._device
+
+    def malloc_async(self, nbytes: int) -> int:
+        return self._alloc("mem_alloc_async", nbytes, None)
+
+    def free_async(self, ptr: int) -> None:
+        self._bind()
+        self.check(self.lib.mem_free_async(ptr, None), "mem_free_async", hex(ptr), None)
 
     def memset(self, ptr: int, value: int, nbytes: int, stream=None) -> None:
         if not isinstance(value, int) or not 0 <= value <= 255:
