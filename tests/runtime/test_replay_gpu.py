@@ -274,6 +274,7 @@ def test_replayed_gemms_run_natively_and_match(gpu_runtime, monkeypatch, dtype):
     fall back to the Python call, which must agree too."""
     from mlx_amd.runtime.ops import matmul
 
+    gpu_runtime.evaluator.drop_programs()   # the other dtype's recording would be re-planned here
     python = []
     orig = matmul.GemmCall.__call__
     monkeypatch.setattr(matmul.GemmCall, "__call__", lambda self, *a: (python.append(1), orig(self, *a))[1])
