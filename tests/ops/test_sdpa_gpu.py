@@ -134,16 +134,11 @@ PREFILL = [
 ]
 
 
-@pytest.fixture(params=["flash", "flash-wide", "gemm"])
+@pytest.fixture(params=["flash", "gemm"])
 def prefill_path(request, monkeypatch, gpu_runtime):
-    """The flash kernel (where it serves; the test shapes are small, so mostly its
-    half-height tiles, and with "flash-wide" always its widest) or the GEMM path: plans
-    and recordings are cached, so both are dropped around the test."""
-    from mlx_amd.runtime.ops import sdpa
-
-    monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", request.param.split("-")[0])
-    if request.param == "flash-wide":
-        monkeypatch.setattr(sdpa, "FLASH_BLOCKS_PER_CU", 0)
+    """The flash kernel (where it serves) or the GEMM path: plans and recordings are
+    cached, so both are dropped around the test."""
+    monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", request.param)
     ev = gpu_runtime.evaluator
     ev.plans.clear()
     ev.drop_programs()

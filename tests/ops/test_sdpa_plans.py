@@ -139,19 +139,17 @@ def test_flash_plans(dt, args, monkeypatch):
     monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", "flash")
     n = node(dt=dt, **args)
     pr = sdpa.problem(n)
-    cfgs = kt.table("sdpa").flash_configs(dt, pr.D)
+    cfg = kt.table("sdpa").flash_config(dt, pr.D)
     p = sdpa.plan_node(n, props())
     check_refs(p, n)
-    if not cfgs:
+    if cfg is None:
         assert dt == "float32" and pr.D == 256
         assert not any(getattr(s, "kernel", "").startswith("sdpa_flash") for s in p.steps)
         return
     assert len(p.steps) == 1 and not p.temps
     st = p.steps[0]
-    wide = -(-pr.Lq // (16 * cfgs[0][0]))
-    rq = cfgs[0][0] if len(cfgs) == 1 or wide * pr.Hq * pr.B >= 4 * 132 else cfgs[1][0]
-    assert st.kernel == f"sdpa_flash_d{pr.D}_q{rq}_{dt}"
-    tiles = -(-pr.Lq // (16 * rq))
+    assert st.kernel == f"sdpa_flash_d{pr.D}_{dt}"
+    tiles = -(-pr.Lq // (16 * cfg[0]))
     assert st.grid == (tiles, pr.Hq, pr.B) and st.block == (sdpa.FLASH_BLOCK, 1, 1)
     f = struct.unpack_from("<3q3q3q4qq9if", st.tail)
     assert f[0:3] == n.ins[0].strides[:3] and f[3:6] == n.ins[1].strides[:3] and f[6:9] == n.ins[2].strides[:3]
@@ -167,12 +165,10 @@ def test_flash_by_size(monkeypatch):
     def kernels(*a, **kw):
         return [getattr(s, "kernel", "gemm") for s in sdpa.plan_node(node(*a, **kw), props()).steps]
 
-    # (a 512-token prompt of 32 heads leaves 132 CUs short with 64-row tiles: 32-row ones)
-    assert kernels(1, 32, 8, 511, 511, 64, mode="causal") == ["sdpa_flash_d64_q2_bfloat16"]
-    assert kernels(1, 32, 8, 512, 512, 128, mode="causal") == ["sdpa_flash_d128_q2_bfloat16"]
-    assert kernels(4, 32, 8, 512, 512, 128, mode="causal") == ["sdpa_flash_d128_q4_bfloat16"]
-    assert not any(k.startswith("sdpa_flash") for k in kernels(1, 32, 8, 1024, 1024, 128, mode="causal"))
-    assert not any(k.startswith("sdpa_flash") for k in kernels(1, 32, 8, 40, 2000, 128, mode="causal"))
+    assert kernels(1, 32, 8, 511, 511, 64, mode="causal") == ["sdpa_flash_d64_bfloat16"]
+    assert kernels(1, 32, 8, 512, 512, 128, mode="causal") == ["sdpa_flash_d128_bfloat16"]
+    assert "sdpa_flash_d128_bfloat16" not in kernels(1, 32, 8, 1024, 1024, 128, mode="causal")
+    assert "sdpa_flash_d128_bfloat16" not in kernels(1, 32, 8, 40, 2000, 128, mode="causal")
 
 
 def test_flash_declines_what_it_cannot_read(monkeypatch):

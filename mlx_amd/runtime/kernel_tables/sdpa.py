@@ -4,8 +4,7 @@ kernel_table.py (standard library only).
 Names:
   sdpa_decode_d<D>_r<R>_<dtype>   decode, head dim D (= value dim), R query rows per block
   sdpa_combine_<dtype>            split-K combine of the decode partials
-  sdpa_flash_d<D>_q<RQ>_<dtype>   flash prefill, head dim D (= value dim), 16 RQ query rows
-                                  a block (flash_configs: the widest tile, and half as many rows)
+  sdpa_flash_d<D>_<dtype>         flash prefill, head dim D (= value dim), tiles flash_config
   sdpa_rows_<dtype>_w<W>          prefill softmax of a score chunk, in place
   sdpa_scatter_<u16|u32|v16>      a prefill chunk's output into (B, Hq, Lq, Dv)
 """
@@ -39,17 +38,8 @@ def flash_config(dtype, d):
     return None
 
 
-def flash_configs(dtype, d):
-    """(RQ, KQ) pairs instantiated: flash_config's, and its half-height twin for grids too
-    small to fill the GPU (short prompts); () where no tile fits."""
-    cfg = flash_config(dtype, d)
-    if cfg is None:
-        return ()
-    return (cfg,) if cfg[0] == 1 else (cfg, (cfg[0] // 2, cfg[1]))
-
-
-def flash(dtype, d, rq):
-    return f"sdpa_flash_d{int(d)}_q{int(rq)}_{dtype}"
+def flash(dtype, d):
+    return f"sdpa_flash_d{int(d)}_{dtype}"
 
 
 def combine(dtype):
@@ -72,8 +62,9 @@ def entries(kt):
                 yield decode(dt, d, r), f"MLXA_SDPA_DECODE({decode(dt, d, r)}, {ct}, {d}, {r})"
         yield combine(dt), f"MLXA_SDPA_COMBINE({combine(dt)}, {ct})"
         for d in HEAD_DIMS:
-            for rq, kq in flash_configs(dt, d):
-                yield flash(dt, d, rq), f"MLXA_SDPA_FLASH({flash(dt, d, rq)}, {ct}, {d}, {rq}, {kq})"
+            cfg = flash_config(dt, d)
+            if cfg:
+                yield flash(dt, d), f"MLXA_SDPA_FLASH({flash(dt, d)}, {ct}, {d}, {cfg[0]}, {cfg[1]})"
         for w in WAVES:
             yield rows(dt, w), f"MLXA_SDPA_ROWS({rows(dt, w)}, {ct}, {w})"
     for kind, ct in SCATTER.items():

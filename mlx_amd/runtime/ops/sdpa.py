@@ -15,9 +15,9 @@ Two paths:
   are read through their strides (a KV cache is a slice of a larger buffer).
 * flash prefill (D == Dv, a tile configuration for the dtype and head dim: every head dim
   for float16/bfloat16, all but 256 for float32; unit last strides): our kernel, one
-  launch, one block per tile of query rows of one head (half-height tiles when the grid
-  would leave CUs idle), the softmax online over key tiles in shared memory, no score
-  matrix in memory; causal tiles stop at their last visible key. Taken up to FLASH_MAX_WORK query x key pairs per head and FLASH_MAX_KEYS keys:
+  launch, one block per tile of query rows of one head, the softmax online over key tiles
+  in shared memory, no score matrix in memory; causal tiles stop at their last visible
+  key. Taken up to FLASH_MAX_WORK query x key pairs per head and FLASH_MAX_KEYS keys:
   its float32 FMA loses to the vendor GEMMs' matrix cores beyond (sdpa_bench-h200.json:
   at 512 x 512 it matches them on the GPU and saves 16 host calls a layer; 2.8x slower at
   4096), and without a split over the keys a few query rows against many keys leave the
@@ -85,7 +85,6 @@ ARG_SIZES = {"SdpaDecodeArgs": 64 + _DECODE.size, "SdpaCombineArgs": 32 + _COMBI
 FLASH_BLOCK = 256          # mlxa::sdpa::kFlashBlock
 FLASH_MAX_WORK = 512 * 512
 FLASH_MAX_KEYS = 1024
-FLASH_BLOCKS_PER_CU = 4    # fewer blocks than this with the widest tile: the half-height one
 
 
 def decode_tail(q_strides, k_strides, v_strides, mask_strides, sink_stride, B, Hq, Hkv, Lq, Lk,
@@ -331,14 +330,10 @@ def plan_flash(node, p: Problem, device) -> Plan | None:
         return None
     q, k, v = node.ins[:3]
     t = kt.table(FAMILY)
-    cfgs = t.flash_configs(p.dt, p.D) if p.D == p.Dv and p.D in HEAD_DIMS else ()
-    if not cfgs or not all(_unit_last(x) for x in (q, k, v)):
+    cfg = t.flash_config(p.dt, p.D) if p.D == p.Dv and p.D in HEAD_DIMS else None
+    if cfg is None or not all(_unit_last(x) for x in (q, k, v)):
         return None
-    rq = cfgs[0][0]
-    q_tiles = -(-p.Lq // (16 * rq))
-    if len(cfgs) > 1 and q_tiles * p.Hq * p.B < FLASH_BLOCKS_PER_CU * max(1, int(device.compute_units)):
-        rq = cfgs[1][0]          # a short prompt: twice the blocks, so that every CU has work
-        q_tiles = -(-p.Lq // (16 * rq))
+    q_tiles = -(-p.Lq // (16 * cfg[0]))
     if q_tiles > INT32 or p.Hq > GRID_YZ or p.B > GRID_YZ:
         return None
     mask_ref = inp(p.mask_index) if p.mask_index >= 0 else inp(0)
@@ -346,7 +341,7 @@ def plan_flash(node, p: Problem, device) -> Plan | None:
     tail = flash_tail(q.strides[:3], k.strides[:3], v.strides[:3], p.mask_strides, p.sink_stride, p.B, p.Hq,
                       p.Hkv, p.Lq, p.Lk, q_tiles, p.mask_kind, p.sink_kind, p.causal,
                       p.scale * math.log2(math.e))
-    return Plan((Launch(FAMILY, t.flash(p.dt, p.D, rq), (q_tiles, p.Hq, p.B), (FLASH_BLOCK, 1, 1), 0, 6, tail,
+    return Plan((Launch(FAMILY, t.flash(p.dt, p.D), (q_tiles, p.Hq, p.B), (FLASH_BLOCK, 1, 1), 0, 6, tail,
                         (inp(0), inp(1), inp(2), mask_ref, sink_ref, out(0))),))
 
 
