@@ -5,9 +5,9 @@
 // the same launch sequence (same functions), only the nodes whose grid or
 // arguments changed get new parameters (graph-exec kernel-node update) and the
 // graph is launched once; otherwise the graph is built again from the
-// sequence. A replay that must hand work to Python midway (a vendor-library
-// call, a node planned in Python) issues what it collected eagerly and goes on
-// eagerly. The driver entry points and the parameter struct layout (CUDA's and
+// sequence. A replay that must run something else in order with them midway (a
+// vendor-library call, native or through Python; a node planned in Python)
+// issues what it collected eagerly and goes on eagerly. The driver entry points and the parameter struct layout (CUDA's and
 // HIP's differ) come from the driver table in Python (set_graph_api), which CI
 // checks against the vendors' headers.
 #pragma once
