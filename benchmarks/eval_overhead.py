@@ -8,6 +8,8 @@ half Broadcast views of fresh scalar constants; kernel time negligible), evaluat
     recorded program replays from native code;
   * the same with replay switched off (the node-by-node path), for before/after;
   * first sighting: a graph structure not seen before (node plans may be cached);
+  * steady state with the multiplier's value new each evaluation: every multiply kernel gets
+    another constant address (graph-node updates on CUDA);
 next to MLX's own CPU evaluation of the same graph. Rows: microseconds per graph node.
 """
 
@@ -27,20 +29,23 @@ from harness import Bench  # noqa: E402
 from mlx_amd.runtime import bridge  # noqa: E402
 
 
-def chain(x, n, variant=-1):
+def chain(x, n, variant=-1, scale=1.0001):
     for i in range(n // 2):
-        x = x * 1.0001
+        x = x * scale
         x = (x - 0.5) if i == variant else (x + 0.5)   # another structure per variant
     return x
 
 
-def time_eval(n, evaluate, reps, fresh=False):
-    """Median seconds per evaluation of a chain of n ops, and its node count."""
+def time_eval(n, evaluate, reps, fresh=False, moving=False):
+    """Median seconds per evaluation of a chain of n ops, and its node count. ``moving``:
+    the multiplier's value changes every evaluation (same structure), so its constant's
+    device copy moves and every multiply's kernel changes an argument (a graph replay
+    updates those nodes: what a decode step's RoPE offsets and KV lengths cost)."""
     x = mx.array(np.ones(16, np.float32))
     mx.eval(x)
     ts, nodes = [], 0
     for r in range(reps + 2):
-        y = chain(x, n, variant=r if fresh else -1)
+        y = chain(x, n, variant=r if fresh else -1, scale=1.0001 + (r * 1e-6 if moving else 0.0))
         nodes = len(bridge.Graph([y]))
         t = time.perf_counter()
         evaluate(y)
@@ -66,6 +71,7 @@ def main():
         finally:
             ev.replay = saved
         first, _ = time_eval(n, mx.eval, reps, fresh=True)
+        moving, _ = time_eval(n, mx.eval, reps, moving=True)
         ref, _ = time_eval(n, mlx_eval, reps)
         x = mx.array(np.ones(16, np.float32))
         mx.eval(x)
@@ -76,7 +82,8 @@ def main():
         g.release()
         us = lambda s: s / nodes * 1e6  # noqa: E731
         print(f"{nodes} nodes: steady {us(ours):.2f} us/node (replays {replays}), replay off {us(off):.2f}, "
-              f"first sighting {us(first):.2f}, graph walk {us(walk):.2f}, MLX CPU {us(ref):.2f}")
+              f"first sighting {us(first):.2f}, graph walk {us(walk):.2f}, MLX CPU {us(ref):.2f}, "
+              f"steady with a moving constant {us(moving):.2f}")
         b.row(f"eval overhead {nodes} nodes steady (replay)", us(ours), "us/node",
               "same graphs, replay off (node-by-node path), same run", us(off), higher_is_better=False)
         b.row(f"eval overhead {nodes} nodes steady vs MLX CPU eval", us(ours), "us/node",
@@ -85,6 +92,10 @@ def main():
               "MLX 0.32.4 CPU evaluation of the same graph", us(ref), higher_is_better=False)
         b.row(f"graph walk {nodes} nodes", us(walk), "us/node", "MLX 0.32.4 CPU evaluation", us(ref),
               higher_is_better=False)
+        # half the nodes are multiplies whose argument changes: the extra cost per changed node
+        # is 2 * (moving - ours) / (a node) of this row against the steady one
+        b.row(f"eval overhead {nodes} nodes steady, every multiply's constant moving", us(moving), "us/node",
+              "the same graphs with constants that keep their value, same run", us(ours), higher_is_better=False)
     print(b.write(args.out))
 
 
