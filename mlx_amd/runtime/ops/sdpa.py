@@ -8,7 +8,7 @@ lets query i see keys j <= i + Lk - Lq; a false boolean mask (and the causal cut
 the lowest finite score there, so a row that sees nothing averages V uniformly; an
 additive mask is added to the scaled scores; a sink is one more logit per query head.
 
-Two paths:
+Three paths, tried in this order:
 * decode (Lq <= 8, D == Dv in HEAD_DIMS, K/V rows in 16-byte vectors): our kernel, one
   read of K and V for all query heads of a group, split over the keys so that the GPU is
   full (splits from Lk and the device's CU count), a small combine kernel after. K/V
