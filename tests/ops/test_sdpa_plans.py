@@ -169,6 +169,15 @@ def test_flash_by_size(monkeypatch):
     assert kernels(1, 32, 8, 512, 512, 128, mode="causal") == ["sdpa_flash_d128_bfloat16"]
     assert "sdpa_flash_d128_bfloat16" not in kernels(1, 32, 8, 1024, 1024, 128, mode="causal")
     assert "sdpa_flash_d128_bfloat16" not in kernels(1, 32, 8, 40, 2000, 128, mode="causal")
+    monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", "auto")
+    assert kernels(1, 32, 8, 511, 511, 64, mode="causal") == ["sdpa_flash_d64_bfloat16"]
+
+
+def test_prefill_switch_rejects_a_misspelt_value(monkeypatch):
+    """A typo in the switch is an error naming it, not a silent "choose by size"."""
+    monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", "flsh")
+    with pytest.raises(ValueError, match="MLX_AMD_SDPA_PREFILL='flsh'"):
+        sdpa.plan_node(node(1, 4, 2, 20, 40, 64), props())
 
 
 def test_flash_declines_what_it_cannot_read(monkeypatch):

@@ -93,14 +93,20 @@ def engines(ctx) -> list:
     return rec[2]
 
 
-def run(ctx, g: Gemm, a: int, b: int, c: int, d: int, stream) -> bool:
-    """Run ``g`` through the first library that takes it; False if none does."""
+def _candidates(ctx, dtype: str):
+    """The engines that may take a ``dtype`` GEMM on ctx's device, in order of preference
+    (none when MLX_AMD_BLAS=none)."""
     if os.environ.get(ENV, "auto") == "none":
-        return False
+        return
     arch = getattr(ctx.props, "arch", "")
     for eng in engines(ctx):
-        if not eng.supports(g.dtype, arch):
-            continue
+        if eng.supports(dtype, arch):
+            yield eng
+
+
+def run(ctx, g: Gemm, a: int, b: int, c: int, d: int, stream) -> bool:
+    """Run ``g`` through the first library that takes it; False if none does."""
+    for eng in _candidates(ctx, g.dtype):
         try:
             eng.matmul(g, a, b, c, d, stream)
             return True
@@ -113,12 +119,7 @@ def native(ctx, g: Gemm, aligns: tuple):
     """(native-call fields (LtEngine.native), engine) of the library ``run`` would use for
     ``g`` at addresses aligned to ``aligns`` (A, B, C, D), or None when that library has no
     native form or none takes the problem (the replay then calls back into Python)."""
-    if os.environ.get(ENV, "auto") == "none":
-        return None
-    arch = getattr(ctx.props, "arch", "")
-    for eng in engines(ctx):
-        if not eng.supports(g.dtype, arch):
-            continue
+    for eng in _candidates(ctx, g.dtype):
         if not hasattr(eng, "native"):
             return None
         try:

@@ -139,6 +139,15 @@ class Problem:
     def G(self) -> int:
         return self.Hq // self.Hkv
 
+    @property
+    def mask_ref(self) -> Ref:
+        """The mask input, or q standing in for the unused pointer."""
+        return inp(self.mask_index) if self.mask_index >= 0 else inp(0)
+
+    @property
+    def sink_ref(self) -> Ref:
+        return inp(self.sink_index) if self.sink_index >= 0 else inp(0)
+
 
 def _mask_strides(m: Layout, B, Hq, Lq, Lk):
     """(b, h, l, j) strides of a mask broadcastable to (B, Hq, Lq, Lk), or None."""
@@ -251,8 +260,7 @@ def plan_decode(node, p: Problem, device) -> Plan | None:
     rows = p.B * p.Hq * p.Lq
     t = kt.table(FAMILY)
     name = t.decode(p.dt, p.D, DECODE_ROWS)
-    mask_ref = inp(p.mask_index) if p.mask_index >= 0 else inp(0)
-    sink_ref = inp(p.sink_index) if p.sink_index >= 0 else inp(0)
+    mask_ref, sink_ref = p.mask_ref, p.sink_ref
     temps, steps = (), []
     cap = splits
     if splits > 1:
@@ -324,8 +332,19 @@ def _unit_last(x: Layout) -> bool:
     return x.shape[3] <= 1 or x.strides[3] == 1
 
 
+PREFILL_ENV = "MLX_AMD_SDPA_PREFILL"
+
+
+def prefill_force() -> str:
+    """"" (choose by size), "flash" or "gemm": MLX_AMD_SDPA_PREFILL."""
+    force = os.environ.get(PREFILL_ENV, "auto")
+    if force not in ("auto", "", "flash", "gemm"):
+        raise ValueError(f"{PREFILL_ENV}={force!r}: expected auto, flash or gemm")
+    return "" if force == "auto" else force
+
+
 def plan_flash(node, p: Problem, device) -> Plan | None:
-    force = os.environ.get("MLX_AMD_SDPA_PREFILL", "")
+    force = prefill_force()
     if force == "gemm" or (force != "flash" and (p.Lq * p.Lk > FLASH_MAX_WORK or p.Lk > FLASH_MAX_KEYS)):
         return None
     q, k, v = node.ins[:3]
@@ -336,8 +355,7 @@ def plan_flash(node, p: Problem, device) -> Plan | None:
     q_tiles = -(-p.Lq // (16 * cfg[0]))
     if q_tiles > INT32 or p.Hq > GRID_YZ or p.B > GRID_YZ:
         return None
-    mask_ref = inp(p.mask_index) if p.mask_index >= 0 else inp(0)
-    sink_ref = inp(p.sink_index) if p.sink_index >= 0 else inp(0)
+    mask_ref, sink_ref = p.mask_ref, p.sink_ref
     tail = flash_tail(q.strides[:3], k.strides[:3], v.strides[:3], p.mask_strides, p.sink_stride, p.B, p.Hq,
                       p.Hkv, p.Lq, p.Lk, q_tiles, p.mask_kind, p.sink_kind, p.causal,
                       p.scale * math.log2(math.e))
@@ -415,8 +433,7 @@ def plan_prefill(node, p: Problem, device) -> Plan | None:
     o_t = None if direct else temps.add(B * Hkv * c * G * Dv * isz)
     wave = wave_width(device)
     rows_name = t.rows(dt, wave)
-    mask_ref = inp(p.mask_index) if p.mask_index >= 0 else inp(0)
-    sink_ref = inp(p.sink_index) if p.sink_index >= 0 else inp(0)
+    mask_ref, sink_ref = p.mask_ref, p.sink_ref
     kb, kh, ks, kd = k.strides
     vb, vh, vs, vd = v.strides
     if Dv * isz % 16 == 0:
