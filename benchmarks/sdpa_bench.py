@@ -76,7 +76,7 @@ def main():
         flops = 2.0 * B * HQ * L * L * d          # the causal half of 4 * B * Hq * L * L * D
         tms = torch_ms(b, L, L, True, d=d)
         ref = flops / (tms * 1e-3) / 1e12 if tms else None
-        for path in ("flash", "gemm"):    # our flash kernel, and vendor GEMMs around our softmax
+        for path in ("mma", "flash", "gemm"):   # matrix-unit flash, its portable twin, vendor GEMMs
             os.environ["MLX_AMD_SDPA_PREFILL"] = path
             ms = b.time_node(sdpa, "mlx_amd::SDPA", (1.0 / math.sqrt(d), "causal", False), (q, k, v),
                              [(B, HQ, L, d)], ["bfloat16"])

@@ -14,8 +14,10 @@
 //          thread holds RQ query rows x KQ keys of S (keys tc, tc + 16, ...) and RQ rows x
 //          D/16 columns of O; P reaches the O columns by shuffles within a 16-lane group
 //          (no shared memory, no wave-width dependence). With a causal mask a tile stops
-//          at its last visible key. Portable float32 FMA: the twin a matrix-core variant
-//          would be checked against.
+//          at its last visible key. Portable float32 FMA: the twin the matrix-unit
+//          variant is checked against.
+// flash_mma (prefill, 16-bit dtypes, D <= 128): the same algorithm on the matrix unit
+//          (mlxa/mma.h: mma.sync, MFMA or WMMA), four waves of 16 query rows per block.
 // rows     (prefill fallback, D != Dv or no flash config): the softmax of a chunk of
 //          scores computed by the vendor GEMM, in place, one block per row, with the
 //          causal cut, the mask and the sinks.
@@ -32,6 +34,7 @@
 #include "mlxa/platform.h"
 #include "mlxa/types.h"
 #include "mlxa/wave.h"
+#include "mlxa/mma.h"
 #include "mlxa/sdpa_args.h"
 
 namespace mlxa::sdpa {
@@ -317,6 +320,13 @@ MLXA_DEVICE void combine(const SdpaCombineArgs& a) {
   }
 }
 
+struct MaxOp {
+  MLXA_DEVICE float operator()(float x, float y) const { return fmaxf(x, y); }
+};
+struct SumOp {
+  MLXA_DEVICE float operator()(float x, float y) const { return x + y; }
+};
+
 // ---- flash prefill ----------------------------------------------------------------------
 
 constexpr int kFlashBlock = 256;   // 16 x 16 threads
@@ -324,11 +334,11 @@ constexpr int kFlashBlock = 256;   // 16 x 16 threads
 // Rows of `n` elements (row pitch `pitch` in shared memory, `gs` in global memory) from
 // `src` into `dst`; rows at or past `valid` are zeros (padding must not be NaN: P V adds
 // 0 * V). Vector loads when every row start is 16-byte aligned.
-template <typename T, int ROWS, int N, int PITCH>
+template <typename T, int ROWS, int N, int PITCH, int NT = kFlashBlock>
 MLXA_DEVICE void tile_load(T* dst, const T* src, int64_t gs, int valid, bool aligned) {
   constexpr int VE = 16 / (int)sizeof(T);
   constexpr int NV = N / VE;
-  for (int i = (int)threadIdx.x; i < ROWS * NV; i += kFlashBlock) {
+  for (int i = (int)threadIdx.x; i < ROWS * NV; i += NT) {
     const int r = i / NV, c = (i % NV) * VE;
     Vec<T, VE> x;
     if (r < valid) {
@@ -380,7 +390,9 @@ MLXA_DEVICE void flash(const SdpaFlashArgs& a) {
   for (int i = 0; i < RQ; ++i) {
     lrow[i] = q0 + tr * RQ + i;
     limit[i] = a.causal ? lrow[i] + a.Lk - a.Lq : a.Lk;
-    mrow[i] = b * a.mask_strides[0] + h * a.mask_strides[1] + lrow[i] * a.mask_strides[2];
+    // padding rows (past Lq) read the last row's mask: never past the mask's end
+    mrow[i] = b * a.mask_strides[0] + h * a.mask_strides[1] +
+              (lrow[i] < a.Lq ? lrow[i] : a.Lq - 1) * a.mask_strides[2];
   }
   // keys this tile can see: with only the causal cut, up to the last row's limit (a row
   // that sees nothing needs every key: its softmax is uniform over them)
@@ -514,12 +526,163 @@ MLXA_DEVICE void flash(const SdpaFlashArgs& a) {
   }
 }
 
-struct MaxOp {
-  MLXA_DEVICE float operator()(float x, float y) const { return fmaxf(x, y); }
-};
-struct SumOp {
-  MLXA_DEVICE float operator()(float x, float y) const { return x + y; }
-};
+// ---- flash prefill on the matrix unit (mlxa/mma.h) ------------------------------------------
+// Same contract and grid as flash; kMmaWaves waves per block, each owning 16 query rows whose
+// Q operands stay in registers (so Q's shared memory is reused for the K and V tiles). Per key
+// tile of BK keys: S = Q K^T on the matrix unit, the online softmax on its accumulators
+// (row statistics through mma::Tiles::reduce), P packed to T as the next operand, O += P V.
+// P is rounded to T before P V (MLX's decomposition rounds it too); the twin keeps float32.
+constexpr int kMmaWaves = 4;
+
+template <typename T, int D>
+MLXA_DEVICE void flash_mma(const SdpaFlashArgs& a) {
+  using M = mma::Tiles<T>;
+  if constexpr (!M::kAvailable) {
+    trap();   // the launcher takes this kernel only where the target has the unit
+  } else {
+    constexpr int BK = M::kKeys;    // keys per shared-memory tile: the backend's register budget
+    constexpr int W = M::kWave, NT = kMmaWaves * W, BQ = 16 * kMmaWaves;
+    constexpr int VE = 16 / (int)sizeof(T);
+    constexpr int PITCH = D + VE;   // 16-byte rows; the 8 rows an ldmatrix reads hit distinct banks
+    constexpr int DC = D / 16, KC = BK / 16, S = M::kSlots;
+    constexpr int ROWS = BQ > 2 * BK ? BQ : 2 * BK;
+    static_assert(D % 16 == 0 && BK % 16 == 0, "tiles are 16 x 16");
+    __shared__ Vec<T, VE> smem_v[ROWS * PITCH / VE];
+    T* const sm = (T*)smem_v;
+    T* const sk = sm;
+    T* const sv = sm + BK * PITCH;
+
+    if ((int)blockDim.x != NT) trap();     // the launcher's block: kMmaWaves waves
+    const int tid = (int)threadIdx.x, wave = tid / W, lane = tid % W;
+    const int qt = a.q_tiles - 1 - (int)blockIdx.x;   // heavy (late, causal) tiles first
+    const int h = (int)blockIdx.y, b = (int)blockIdx.z;
+    const int kvh = h / (a.Hq / a.Hkv);
+    const int q0 = qt * BQ;
+    const int q_valid = a.Lq - q0 < BQ ? a.Lq - q0 : BQ;
+    const T* qbase = (const T*)a.q + b * a.q_strides[0] + h * a.q_strides[1] + q0 * a.q_strides[2];
+    const T* kbase = (const T*)a.k + b * a.k_strides[0] + kvh * a.k_strides[1];
+    const T* vbase = (const T*)a.v + b * a.v_strides[0] + kvh * a.v_strides[1];
+    constexpr int64_t kVecMask = 16 / sizeof(T) - 1;
+    const bool q_al = ((uintptr_t)qbase & 15u) == 0 && (a.q_strides[2] & kVecMask) == 0;
+    const bool kv_al = (((uintptr_t)kbase | (uintptr_t)vbase) & 15u) == 0 &&
+                       ((a.k_strides[2] | a.v_strides[2]) & kVecMask) == 0;
+
+    tile_load<T, BQ, D, PITCH, NT>(sm, qbase, a.q_strides[2], q_valid, q_al);
+    sync_block();
+    typename M::Q qf[DC];
+#pragma unroll
+    for (int dc = 0; dc < DC; ++dc) M::load_q(qf[dc], sm + wave * 16 * PITCH + dc * 16, PITCH, lane);
+
+    int lrow[S], limit[S];
+    int64_t mrow[S];
+    float m[S], l[S];
+#pragma unroll
+    for (int sl = 0; sl < S; ++sl) {
+      lrow[sl] = q0 + wave * 16 + M::query(sl, lane);
+      limit[sl] = a.causal ? lrow[sl] + a.Lk - a.Lq : a.Lk;
+      mrow[sl] = b * a.mask_strides[0] + h * a.mask_strides[1] +
+                 (lrow[sl] < a.Lq ? lrow[sl] : a.Lq - 1) * a.mask_strides[2];
+      m[sl] = neg_inf();
+      l[sl] = 0.0f;
+    }
+    int k_end = a.Lk;
+    if (a.causal && a.mask_kind == MLXA_SDPA_MASK_NONE && q0 + a.Lk - a.Lq >= 0) {
+      const int last = q0 + q_valid - 1 + a.Lk - a.Lq + 1;
+      k_end = last < a.Lk ? last : a.Lk;
+    }
+
+    typename M::Acc o[DC];
+#pragma unroll
+    for (int dc = 0; dc < DC; ++dc)
+#pragma unroll
+      for (int e = 0; e < M::kNS; ++e) o[dc].v[e] = 0.0f;
+
+    for (int k0 = 0; k0 < k_end; k0 += BK) {
+      const int k_valid = a.Lk - k0 < BK ? a.Lk - k0 : BK;
+      sync_block();   // Q's operands are read / the previous tile's readers are done
+      tile_load<T, BK, D, PITCH, NT>(sk, kbase + k0 * a.k_strides[2], a.k_strides[2], k_valid, kv_al);
+      tile_load<T, BK, D, PITCH, NT>(sv, vbase + k0 * a.v_strides[2], a.v_strides[2], k_valid, kv_al);
+      sync_block();
+
+      typename M::Acc s[KC];
+#pragma unroll
+      for (int j = 0; j < KC; ++j)
+#pragma unroll
+        for (int e = 0; e < M::kNS; ++e) s[j].v[e] = 0.0f;
+#pragma unroll
+      for (int dc = 0; dc < DC; ++dc)
+#pragma unroll
+        for (int j = 0; j < KC; ++j) M::qk(s[j], qf[dc], sk + 16 * j * PITCH + dc * 16, PITCH, lane);
+
+      // online softmax, log2 domain; padding keys (past Lk) take no part
+      float tmax[S], al[S];
+#pragma unroll
+      for (int sl = 0; sl < S; ++sl) tmax[sl] = neg_inf();
+#pragma unroll
+      for (int j = 0; j < KC; ++j)
+#pragma unroll
+        for (int e = 0; e < M::kNS; ++e) {
+          const int sl = M::slot(e);
+          const int key = k0 + 16 * j + M::col(e, lane);
+          float x = neg_inf();
+          if (key < a.Lk) {
+            x = masked_logit<T>(s[j].v[e] * a.scale_log2, a.mask_kind, a.mask, mrow[sl] + key * a.mask_strides[3]);
+            if (key > limit[sl]) x = kMaskedLogit;
+          }
+          s[j].v[e] = x;
+          tmax[sl] = fmaxf(tmax[sl], x);
+        }
+#pragma unroll
+      for (int sl = 0; sl < S; ++sl) {
+        const float mn = fmaxf(m[sl], M::reduce(tmax[sl], MaxOp{}));
+        al[sl] = rescale(m[sl], mn);
+        m[sl] = mn;
+        l[sl] *= al[sl];   // this lane's share; the lanes of a row add up at the end
+      }
+#pragma unroll
+      for (int j = 0; j < KC; ++j)
+#pragma unroll
+        for (int e = 0; e < M::kNS; ++e) {
+          const int sl = M::slot(e);
+          const float p = s[j].v[e] == neg_inf() ? 0.0f : exp2f(s[j].v[e] - m[sl]);
+          s[j].v[e] = p;
+          l[sl] += p;
+        }
+#pragma unroll
+      for (int dc = 0; dc < DC; ++dc)
+#pragma unroll
+        for (int e = 0; e < M::kNS; ++e) o[dc].v[e] *= al[M::slot(e)];
+#pragma unroll
+      for (int j = 0; j < KC; ++j) {
+        const typename M::P p = M::pack(s[j], lane);
+#pragma unroll
+        for (int dc = 0; dc < DC; ++dc) M::pv(o[dc], p, sv + 16 * j * PITCH + dc * 16, PITCH, lane);
+      }
+    }
+
+    float inv[S];
+#pragma unroll
+    for (int sl = 0; sl < S; ++sl) {
+      float L = M::reduce(l[sl], SumOp{});
+      float f = 1.0f;
+      if (a.sink_kind != MLXA_SDPA_SINK_NONE) {
+        const float sk_ = sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride);
+        const float mn = fmaxf(m[sl], sk_);
+        f = rescale(m[sl], mn);
+        L = L * f + rescale(sk_, mn);
+      }
+      inv[sl] = f / L;   // a row of -inf logits: L = 0 -> NaN, as MLX's softmax gives
+    }
+    T* const obase = (T*)a.out + ((int64_t)b * a.Hq + h) * a.Lq * D;
+#pragma unroll
+    for (int dc = 0; dc < DC; ++dc)
+#pragma unroll
+      for (int e = 0; e < M::kNS; ++e) {
+        const int sl = M::slot(e);
+        if (lrow[sl] < a.Lq) obase[(int64_t)lrow[sl] * D + dc * 16 + M::col(e, lane)] = cast<T>(o[dc].v[e] * inv[sl]);
+      }
+  }
+}
 
 template <typename T>
 MLXA_DEVICE float row_logit(const SdpaRowsArgs& a, const T* s, int j, int64_t moff, int limit) {
@@ -598,6 +761,10 @@ MLXA_DEVICE void scatter(const SdpaScatterArgs& a) {
 #define MLXA_SDPA_FLASH(name, T, D, RQ, KQ)                                              \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(SdpaFlashArgs a) {                        \
     mlxa::sdpa::flash<T, D, RQ, KQ>(a);                                                    \
+  }
+#define MLXA_SDPA_FLASH_MMA(name, T, D)                                                 \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(SdpaFlashArgs a) {                        \
+    mlxa::sdpa::flash_mma<T, D>(a);                                                        \
   }
 #define MLXA_SDPA_COMBINE(name, T)                                                        \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(SdpaCombineArgs a) { mlxa::sdpa::combine<T>(a); }

@@ -310,3 +310,20 @@ def has_mfma(arch: str) -> bool:
 def has_wmma(arch: str) -> bool:
     a = arch.split(":")[0]
     return a.startswith("gfx11") or a.startswith("gfx12")
+
+
+def matrix_tiles(arch: str, dtype: str):
+    """The backend of mlxa/mma.h for 16-bit ``dtype`` tiles on ``arch``: "mma_sync" (NVIDIA
+    sm_80+), "mfma" (CDNA; bfloat16 from gfx90a), "wmma" (gfx11), "wmma_gfx12", or None."""
+    if dtype not in ("float16", "bfloat16"):
+        return None
+    a = arch.split(":")[0]
+    if a.startswith("sm_"):
+        return "mma_sync" if a[3:].isdigit() and int(a[3:]) >= 80 else None
+    if has_mfma(a):
+        return None if dtype == "bfloat16" and a == "gfx908" else "mfma"
+    if a.startswith("gfx12"):
+        return "wmma_gfx12"
+    if a.startswith("gfx11"):
+        return "wmma"
+    return None

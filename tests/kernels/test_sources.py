@@ -178,13 +178,21 @@ def test_platform_macros_per_arch(arch):
         pytest.skip("the ROCm chroot needs root to enter")
     r = subprocess.run([TOOLCHAIN, "run", REPO, "hipcc", "-x", "hip", "--cuda-device-only",
                         f"--offload-arch={arch}", "-std=c++17", "-E", "-dM", "-I", INCLUDE,
-                        os.path.join(SRC, "smoke.hip")], capture_output=True, text=True)
+                        "-include", "mlxa/mma.h", os.path.join(SRC, "smoke.hip")],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     macros = dict(re.findall(r"^#define (\w+) (.*)$", r.stdout, re.M))
     assert int(macros["MLXA_WAVE_SIZE"]) == int(macros["__AMDGCN_WAVEFRONT_SIZE__"])
     assert macros["MLXA_HAS_MFMA"] == str(int(kt.has_mfma(arch)))
     assert macros["MLXA_HAS_WMMA"] == str(int(kt.has_wmma(arch)))
     assert macros["MLXA_PLATFORM_AMD"] == "1" and macros["MLXA_PLATFORM_NVIDIA"] == "0"
+    # the matrix-tile backend per dtype (mlxa/mma.h) against kt.matrix_tiles
+    codes = {None: 0, "mma_sync": 1, "mfma": 2, "wmma": 3, "wmma_gfx12": 4}
+    for dt, macro in (("float16", "MLXA_TILES_F16"), ("bfloat16", "MLXA_TILES_BF16")):
+        v = macros[macro]
+        if v.startswith("("):      # (MLXA_MFMA_BF16_1K ? 2 : 0)
+            v = "2" if macros["MLXA_MFMA_BF16_1K"] == "1" else "0"
+        assert int(v) == codes[kt.matrix_tiles(arch, dt)], (arch, dt, macros[macro])
 
 
 def test_resource_report_covers_every_family():

@@ -2,8 +2,9 @@
 enable()) against plain MLX's CPU decomposition, and against a float32 reference from the
 same inputs (ours must be at least about as accurate as MLX's own 16-bit result).
 
-Decode (Lq <= 8: our split-K kernel and its combine) and prefill, both ways: our flash
-kernel (D == Dv) and vendor GEMMs around our row softmax and scatter; GQA 4:1, MQA, MHA; D in {64, 80, 96, 128, 256} and one without a
+Decode (Lq <= 8: our split-K kernel and its combine) and prefill, three ways: our flash
+kernel on the matrix unit (mma.sync here), its portable twin (D == Dv), and vendor GEMMs
+around our row softmax and scatter; GQA 4:1, MQA, MHA; D in {64, 80, 96, 128, 256} and one without a
 decode kernel; Dv != D; causal (also Lq > Lk, rows that see nothing), boolean (with a row
 that sees nothing), additive (with -inf), sinks, none; Lk not a multiple of any tile; a
 KV-cache slice of a larger buffer read through its strides; q transposed as mlx-lm makes
@@ -134,10 +135,10 @@ PREFILL = [
 ]
 
 
-@pytest.fixture(params=["flash", "gemm"])
+@pytest.fixture(params=["mma", "flash", "gemm"])
 def prefill_path(request, monkeypatch, gpu_runtime):
-    """The flash kernel (where it serves) or the GEMM path: plans and recordings are
-    cached, so both are dropped around the test."""
+    """The matrix-unit flash kernel, the portable flash kernel (each where it serves) or the
+    GEMM path: plans and recordings are cached, so both are dropped around the test."""
     monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", request.param)
     ev = gpu_runtime.evaluator
     ev.plans.clear()
@@ -184,3 +185,61 @@ def test_prefill_rows_not_in_vectors(gpu_runtime, prefill_path, dtype):
     k = mx.random.normal((1, 2, 45, 65), key=_key(41)).astype(DT[dtype])[..., :64]
     v = mx.random.normal((1, 2, 45, 65), key=_key(42)).astype(DT[dtype])[..., :64]
     run_case(dtype, q, k, v, "causal", None)
+
+
+def _prefill_kernels(rt, n):
+    from mlx_amd.runtime.ops import sdpa
+    return [getattr(st, "kernel", "") for st in sdpa.plan_node(n, rt.props).steps]
+
+
+def _node(dt, Lq=300, D=64):
+    from mlx_amd.runtime.plan import Layout, Node
+    R = Layout.row_major
+    return Node("mlx_amd::SDPA", (0.125, "causal", False),
+                (R((1, 8, Lq, D), dt), R((1, 2, Lq, D), dt), R((1, 2, Lq, D), dt)), (R((1, 8, Lq, D), dt),))
+
+
+@pytest.fixture
+def fresh_verdicts(gpu_runtime):
+    from mlx_amd.runtime import matrix_units
+    ev = gpu_runtime.evaluator
+    matrix_units.forget()
+    ev.plans.clear()
+    ev.drop_programs()
+    yield
+    matrix_units.forget()
+    ev.plans.clear()
+    ev.drop_programs()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_matrix_unit_selftest(gpu_runtime, fresh_verdicts, monkeypatch, dtype):
+    """The first-use self-test runs every matrix-unit flash kernel against its twin on this
+    device and passes; the planner then takes the matrix-unit kernel."""
+    from mlx_amd.runtime import matrix_units
+    from mlx_amd.runtime.ops import sdpa
+    monkeypatch.delenv("MLX_AMD_SDPA_PREFILL", raising=False)
+    monkeypatch.delenv("MLX_AMD_MATRIX_UNITS", raising=False)
+    if matrix_units.backend(gpu_runtime.props, dtype) is None:
+        pytest.skip(f"no matrix-tile backend on {gpu_runtime.props.arch}")
+    ok, why = sdpa.mma_selftest(gpu_runtime, dtype)
+    assert ok, why
+    assert _prefill_kernels(gpu_runtime, _node(dtype)) == [f"sdpa_flash_mma_d64_{dtype}"]
+    assert matrix_units.verdicts() == {("sdpa", gpu_runtime.props.arch, dtype): True}
+
+
+def test_matrix_unit_selftest_mismatch_uses_the_twin(gpu_runtime, fresh_verdicts, monkeypatch):
+    """A matrix-unit result that differs from the twin's (as a wrong lane layout on a new
+    AMD arch would): one warning naming the test, the twin serves, results stay right."""
+    from mlx_amd.runtime import matrix_units
+    from mlx_amd.runtime.ops import sdpa
+    monkeypatch.delenv("MLX_AMD_SDPA_PREFILL", raising=False)
+    monkeypatch.delenv("MLX_AMD_MATRIX_UNITS", raising=False)
+    if matrix_units.backend(gpu_runtime.props, "bfloat16") is None:
+        pytest.skip(f"no matrix-tile backend on {gpu_runtime.props.arch}")
+    monkeypatch.setattr(sdpa, "SELFTEST_PERTURB", lambda g: g * 1.5)
+    q, k, v, m, s = make(1, 8, 2, 300, 300, 64, None, "bfloat16", "causal", False, None, False, seed=50)
+    with pytest.warns(RuntimeWarning, match="differ from their portable twins"):
+        run_case("bfloat16", q, k, v, m, s)
+    assert _prefill_kernels(gpu_runtime, _node("bfloat16")) == ["sdpa_flash_d64_bfloat16"]
+    assert matrix_units.verdicts()[("sdpa", gpu_runtime.props.arch, "bfloat16")] is False

@@ -159,8 +159,10 @@ def test_flash_plans(dt, args, monkeypatch):
 
 
 def test_flash_by_size(monkeypatch):
-    """Left to choose: flash up to FLASH_MAX_WORK pairs and FLASH_MAX_KEYS keys, GEMMs beyond."""
+    """Left to choose without matrix units: flash up to FLASH_MAX_WORK pairs and
+    FLASH_MAX_KEYS keys, GEMMs beyond."""
     monkeypatch.delenv("MLX_AMD_SDPA_PREFILL", raising=False)
+    monkeypatch.setenv("MLX_AMD_MATRIX_UNITS", "0")
 
     def kernels(*a, **kw):
         return [getattr(s, "kernel", "gemm") for s in sdpa.plan_node(node(*a, **kw), props()).steps]
@@ -171,6 +173,74 @@ def test_flash_by_size(monkeypatch):
     assert "sdpa_flash_d128_bfloat16" not in kernels(1, 32, 8, 40, 2000, 128, mode="causal")
     monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", "auto")
     assert kernels(1, 32, 8, 511, 511, 64, mode="causal") == ["sdpa_flash_d64_bfloat16"]
+
+
+def arch_props(arch, wave=32, cus=132):
+    return DeviceProperties(0, "test", arch, arch, {}, wave, cus, 1 << 34, False,
+                            0, 0, 0, 0, 1024, 65536, True, "0")
+
+
+@pytest.mark.parametrize("arch,block", [("sm_90", 128), ("gfx942:sramecc+:xnack-", 256), ("gfx90a", 256),
+                                        ("gfx1100", 128), ("gfx1151", 128), ("gfx1201", 128)])
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_flash_mma_plans(arch, block, dt, monkeypatch):
+    """Where the arch has a matrix-tile backend: one launch of the matrix-unit kernel at any
+    size, 64 query rows per block, four of the backend's own waves (64 lanes on CDNA,
+    whatever wave the launchers emulate), the twin's argument struct."""
+    monkeypatch.delenv("MLX_AMD_SDPA_PREFILL", raising=False)
+    monkeypatch.delenv("MLX_AMD_MATRIX_UNITS", raising=False)
+    d = arch_props(arch, wave=64 if arch.startswith("gfx9") else 32)
+    for args in ((1, 32, 8, 511, 511, 64), (1, 32, 8, 4096, 4096, 128), (2, 8, 2, 129, 129, 80), (1, 4, 1, 70, 20, 96)):
+        n = node(*args, dt=dt, mode="causal")
+        p = sdpa.plan_node(n, d)
+        check_refs(p, n)
+        assert len(p.steps) == 1 and not p.temps
+        st = p.steps[0]
+        pr = sdpa.problem(n)
+        assert st.kernel == f"sdpa_flash_mma_d{pr.D}_{dt}" and st.block == (block, 1, 1)
+        assert st.grid == (-(-pr.Lq // 64), pr.Hq, pr.B)
+        f = struct.unpack_from("<3q3q3q4qq9if", st.tail)
+        assert f[14:20] == (pr.B, pr.Hq, pr.Hkv, pr.Lq, pr.Lk, -(-pr.Lq // 64))
+
+
+def test_flash_mma_declines(monkeypatch):
+    """The twin or the GEMM path: float32, head dim 256, gfx1030 (no matrix unit), gfx908 with
+    bfloat16 (its bf16 MFMA steps k by 8), MLX_AMD_MATRIX_UNITS=0, a forced "flash", and few
+    query tiles against many keys (no split over the keys yet)."""
+    monkeypatch.delenv("MLX_AMD_SDPA_PREFILL", raising=False)
+    monkeypatch.delenv("MLX_AMD_MATRIX_UNITS", raising=False)
+
+    def kernels(n, d):
+        return [getattr(s, "kernel", "gemm") for s in sdpa.plan_node(n, d).steps]
+
+    sm90 = arch_props("sm_90")
+    assert kernels(node(1, 8, 2, 300, 300, 64, dt="float32", mode="causal"), sm90) == ["sdpa_flash_d64_float32"]
+    assert kernels(node(1, 8, 2, 300, 300, 256, mode="causal"), sm90) == ["sdpa_flash_d256_bfloat16"]
+    assert kernels(node(1, 8, 2, 300, 300, 64, mode="causal"), arch_props("gfx1030")) == ["sdpa_flash_d64_bfloat16"]
+    assert kernels(node(1, 8, 2, 300, 300, 64, mode="causal"), arch_props("gfx908", 64)) == ["sdpa_flash_d64_bfloat16"]
+    assert kernels(node(1, 8, 2, 300, 300, 64, dt="float16", mode="causal"),
+                   arch_props("gfx908", 64)) == ["sdpa_flash_mma_d64_float16"]
+    assert "sdpa_flash_mma_d128_bfloat16" not in kernels(node(1, 32, 8, 40, 2000, 128, mode="causal"), sm90)
+    monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", "mma")     # forced: taken there too
+    assert kernels(node(1, 32, 8, 40, 2000, 128, mode="causal"), sm90) == ["sdpa_flash_mma_d128_bfloat16"]
+    monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", "flash")
+    assert kernels(node(1, 8, 2, 300, 300, 64, mode="causal"), sm90) == ["sdpa_flash_d64_bfloat16"]
+    monkeypatch.delenv("MLX_AMD_SDPA_PREFILL")
+    monkeypatch.setenv("MLX_AMD_MATRIX_UNITS", "0")
+    assert kernels(node(1, 8, 2, 300, 300, 64, mode="causal"), sm90) == ["sdpa_flash_d64_bfloat16"]
+    monkeypatch.setenv("MLX_AMD_MATRIX_UNITS", "yes")
+    with pytest.raises(ValueError, match="MLX_AMD_MATRIX_UNITS='yes'"):
+        sdpa.plan_node(node(1, 8, 2, 300, 300, 64, mode="causal"), sm90)
+
+
+def test_matrix_tiles_capability():
+    """kernel_table.matrix_tiles, the host twin of mlxa/mma.h's backend choice (the macros
+    themselves are checked per arch against the ROCm compiler in test_sources)."""
+    assert kt.matrix_tiles("sm_90", "bfloat16") == "mma_sync" and kt.matrix_tiles("sm_75", "float16") is None
+    assert kt.matrix_tiles("gfx942:sramecc+:xnack-", "bfloat16") == "mfma"
+    assert kt.matrix_tiles("gfx908", "float16") == "mfma" and kt.matrix_tiles("gfx908", "bfloat16") is None
+    assert kt.matrix_tiles("gfx1100", "float16") == "wmma" and kt.matrix_tiles("gfx1201", "bfloat16") == "wmma_gfx12"
+    assert kt.matrix_tiles("gfx1030", "float16") is None and kt.matrix_tiles("gfx942", "float32") is None
 
 
 def test_prefill_switch_rejects_a_misspelt_value(monkeypatch):

@@ -88,6 +88,13 @@ MLXA_DEVICE void check_wave() {
 
 MLXA_DEVICE void sync_block() { __syncthreads(); }
 
+// Abort the kernel (a launch the host side must never make); the launch then fails.
+#if MLXA_PLATFORM_NVIDIA
+MLXA_DEVICE void trap() { __trap(); }
+#else
+MLXA_DEVICE void trap() { __builtin_trap(); }
+#endif
+
 // ---- wave shuffles (whole wave participates; no masks in kernel code) -------------
 #if MLXA_PLATFORM_NVIDIA
 #define MLXA_FULL_MASK 0xffffffffu

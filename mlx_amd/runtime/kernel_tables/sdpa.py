@@ -5,6 +5,7 @@ Names:
   sdpa_decode_d<D>_r<R>_<dtype>   decode, head dim D (= value dim), R query rows per block
   sdpa_combine_<dtype>            split-K combine of the decode partials
   sdpa_flash_d<D>_<dtype>         flash prefill, head dim D (= value dim), tiles flash_config
+  sdpa_flash_mma_d<D>_<dtype>     flash prefill on the matrix unit (mlxa/mma.h), 16-bit dtypes
   sdpa_rows_<dtype>_w<W>          prefill softmax of a score chunk, in place
   sdpa_scatter_<u16|u32|v16>      a prefill chunk's output into (B, Hq, Lq, Dv)
 """
@@ -42,6 +43,26 @@ def flash(dtype, d):
     return f"sdpa_flash_d{int(d)}_{dtype}"
 
 
+MMA_DTYPES = ("float16", "bfloat16")
+MMA_HEAD_DIMS = (64, 80, 96, 128)   # 256: the O accumulators and Q operands outgrow the registers
+MMA_WAVES = 4                       # mlxa::sdpa::kMmaWaves: 16 query rows each
+
+
+def flash_mma(dtype, d):
+    return f"sdpa_flash_mma_d{int(d)}_{dtype}"
+
+
+def flash_mma_rows():
+    """Query rows per block of the matrix-unit kernel."""
+    return 16 * MMA_WAVES
+
+
+def flash_mma_block(backend):
+    """Threads per block: MMA_WAVES of the backend's own wave (MFMA's is 64 lanes; the
+    others 32), whatever wave width the rest of the launchers emulate."""
+    return MMA_WAVES * (64 if backend == "mfma" else 32)
+
+
 def combine(dtype):
     return f"sdpa_combine_{dtype}"
 
@@ -65,6 +86,9 @@ def entries(kt):
             cfg = flash_config(dt, d)
             if cfg:
                 yield flash(dt, d), f"MLXA_SDPA_FLASH({flash(dt, d)}, {ct}, {d}, {cfg[0]}, {cfg[1]})"
+        if dt in MMA_DTYPES:
+            for d in MMA_HEAD_DIMS:
+                yield flash_mma(dt, d), f"MLXA_SDPA_FLASH_MMA({flash_mma(dt, d)}, {ct}, {d})"
         for w in WAVES:
             yield rows(dt, w), f"MLXA_SDPA_ROWS({rows(dt, w)}, {ct}, {w})"
     for kind, ct in SCATTER.items():

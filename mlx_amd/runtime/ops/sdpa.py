@@ -44,6 +44,7 @@ import os
 import struct
 
 from .. import kernel_table as kt
+from .. import matrix_units
 from ..launch import Launch
 from ..plan import Layout, Memset, Node, Plan, Ref, embed, inp, out, tmp, wave_width
 from . import copy as copy_family
@@ -336,31 +337,134 @@ PREFILL_ENV = "MLX_AMD_SDPA_PREFILL"
 
 
 def prefill_force() -> str:
-    """"" (choose by size), "flash" or "gemm": MLX_AMD_SDPA_PREFILL."""
+    """"" (choose), "mma" (the matrix-unit flash kernel where it serves), "flash" (the
+    portable twin) or "gemm": MLX_AMD_SDPA_PREFILL."""
     force = os.environ.get(PREFILL_ENV, "auto")
-    if force not in ("auto", "", "flash", "gemm"):
-        raise ValueError(f"{PREFILL_ENV}={force!r}: expected auto, flash or gemm")
+    if force not in ("auto", "", "mma", "flash", "gemm"):
+        raise ValueError(f"{PREFILL_ENV}={force!r}: expected auto, mma, flash or gemm")
     return "" if force == "auto" else force
+
+
+def _flash_launch(node, p: Problem, name: str, rows: int, block: int) -> Launch:
+    q, k, v = node.ins[:3]
+    q_tiles = -(-p.Lq // rows)
+    tail = flash_tail(q.strides[:3], k.strides[:3], v.strides[:3], p.mask_strides, p.sink_stride, p.B, p.Hq,
+                      p.Hkv, p.Lq, p.Lk, q_tiles, p.mask_kind, p.sink_kind, p.causal,
+                      p.scale * math.log2(math.e))
+    return Launch(FAMILY, name, (q_tiles, p.Hq, p.B), (block, 1, 1), 0, 6, tail,
+                  (inp(0), inp(1), inp(2), p.mask_ref, p.sink_ref, out(0)))
+
+
+def _flash_fits(node, p: Problem, rows: int) -> bool:
+    return (all(_unit_last(x) for x in node.ins[:3]) and -(-p.Lq // rows) <= INT32
+            and p.Hq <= GRID_YZ and p.B <= GRID_YZ)
+
+
+def plan_flash_mma(node, p: Problem, device) -> Plan | None:
+    """The flash kernel on the matrix unit (mlxa/mma.h): 16-bit dtypes, D == Dv in
+    MMA_HEAD_DIMS, where matrix_units trusts the device's backend. Taken at every size,
+    except few query tiles against more than FLASH_MAX_KEYS keys (no split over the keys
+    yet: the GEMM path fills the GPU better there)."""
+    force = prefill_force()
+    if force in ("flash", "gemm") or p.D != p.Dv or p.dt not in kt.table(FAMILY).MMA_DTYPES:
+        return None
+    t = kt.table(FAMILY)
+    rows = t.flash_mma_rows()
+    if p.D not in t.MMA_HEAD_DIMS or not _flash_fits(node, p, rows):
+        return None
+    blocks = -(-p.Lq // rows) * p.Hq * p.B
+    if force != "mma" and p.Lk > FLASH_MAX_KEYS and blocks < 2 * max(1, int(device.compute_units)):
+        return None
+    if not matrix_units.usable(FAMILY, device, p.dt, mma_selftest):
+        return None
+    block = t.flash_mma_block(matrix_units.backend(device, p.dt))
+    return Plan((_flash_launch(node, p, t.flash_mma(p.dt, p.D), rows, block),))
 
 
 def plan_flash(node, p: Problem, device) -> Plan | None:
     force = prefill_force()
     if force == "gemm" or (force != "flash" and (p.Lq * p.Lk > FLASH_MAX_WORK or p.Lk > FLASH_MAX_KEYS)):
         return None
-    q, k, v = node.ins[:3]
     t = kt.table(FAMILY)
     cfg = t.flash_config(p.dt, p.D) if p.D == p.Dv and p.D in HEAD_DIMS else None
-    if cfg is None or not all(_unit_last(x) for x in (q, k, v)):
+    if cfg is None or not _flash_fits(node, p, 16 * cfg[0]):
         return None
-    q_tiles = -(-p.Lq // (16 * cfg[0]))
-    if q_tiles > INT32 or p.Hq > GRID_YZ or p.B > GRID_YZ:
-        return None
-    mask_ref, sink_ref = p.mask_ref, p.sink_ref
-    tail = flash_tail(q.strides[:3], k.strides[:3], v.strides[:3], p.mask_strides, p.sink_stride, p.B, p.Hq,
-                      p.Hkv, p.Lq, p.Lk, q_tiles, p.mask_kind, p.sink_kind, p.causal,
-                      p.scale * math.log2(math.e))
-    return Plan((Launch(FAMILY, t.flash(p.dt, p.D), (q_tiles, p.Hq, p.B), (FLASH_BLOCK, 1, 1), 0, 6, tail,
-                        (inp(0), inp(1), inp(2), mask_ref, sink_ref, out(0))),))
+    return Plan((_flash_launch(node, p, t.flash(p.dt, p.D), 16 * cfg[0], FLASH_BLOCK),))
+
+
+# The self-test of the matrix-unit kernels (matrix_units.usable): GQA 2:1, causal, a partial
+# query tile and a partial key tile, every head dim; the tolerance is far below what a wrong
+# lane layout gives (errors of the outputs' own size) and above P's rounding to 16 bits.
+SELFTEST_SHAPE = (1, 2, 1, 80, 150)    # B, Hq, Hkv, Lq, Lk
+SELFTEST_TOL = {"float16": 1e-2, "bfloat16": 4e-2}
+SELFTEST_PERTURB = None                # tests: a function applied to the matrix-unit result
+
+
+def _to16(x, dt):
+    import numpy as np
+    if dt == "float16":
+        return x.astype(np.float16).view(np.uint16)
+    b = x.astype(np.float32).view(np.uint32)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _from16(u, dt):
+    import numpy as np
+    if dt == "float16":
+        return u.view(np.float16).astype(np.float32)
+    return (u.astype(np.uint32) << 16).view(np.float32)
+
+
+def mma_selftest(rt, dt: str) -> tuple:
+    """(ok, why): every matrix-unit flash kernel of ``dt`` against the portable twin on the
+    same inputs, on rt's device."""
+    import numpy as np
+
+    from .. import launch as launch_mod
+
+    drv, dev = rt.driver, rt.props
+    B, Hq, Hkv, Lq, Lk = SELFTEST_SHAPE
+    t = kt.table(FAMILY)
+    rng = np.random.default_rng(1234)
+    for D in t.MMA_HEAD_DIMS:
+        ins = [rng.standard_normal(s).astype(np.float32) for s in ((B, Hq, Lq, D), (B, Hkv, Lk, D), (B, Hkv, Lk, D))]
+        bufs = [_to16(x, dt) for x in ins]
+        lays = tuple(Layout.row_major(x.shape, dt) for x in ins)
+        ol = Layout.row_major((B, Hq, Lq, D), dt)
+        node = Node("mlx_amd::SDPA", (1.0 / math.sqrt(D), "causal", False), lays, (ol,))
+        p = problem(node)
+        cfg = t.flash_config(dt, D)
+        block = t.flash_mma_block(matrix_units.backend(dev, dt))
+        steps = {"mma": _flash_launch(node, p, t.flash_mma(dt, D), t.flash_mma_rows(), block),
+                 "twin": _flash_launch(node, p, t.flash(dt, D), 16 * cfg[0], FLASH_BLOCK)}
+        ptrs, res = [], {}
+        try:
+            for b in bufs:
+                ptr = drv.malloc(b.nbytes)
+                ptrs.append(ptr)
+                drv.memcpy_htod(ptr, b.ctypes.data, b.nbytes)
+            for name, st in steps.items():
+                o = drv.malloc(ol.size * 2)
+                ptrs.append(o)
+                drv.memset(o, 0xFF, ol.size * 2)      # NaN until written
+                launch_mod.run(st, rt.modules, drv, (ptrs[0], ptrs[1], ptrs[2], ptrs[0], ptrs[0], o))
+                drv.synchronize()
+                h = np.empty(ol.size, np.uint16)
+                drv.memcpy_dtoh(h.ctypes.data, o, h.nbytes)
+                res[name] = _from16(h, dt)
+        finally:
+            drv.synchronize()
+            for ptr in ptrs:
+                drv.free(ptr)
+        got, ref = res["mma"], res["twin"]
+        if SELFTEST_PERTURB is not None:
+            got = SELFTEST_PERTURB(got)
+        if not np.all(np.isfinite(got)) or not np.all(np.isfinite(ref)):
+            return False, f"head dim {D}: non-finite values"
+        err = float(np.max(np.abs(got - ref)))
+        if err > SELFTEST_TOL[dt]:
+            return False, f"head dim {D}: max difference {err:.3g} > {SELFTEST_TOL[dt]}"
+    return True, ""
 
 
 # ---- GEMM prefill -------------------------------------------------------------------------
@@ -487,7 +591,7 @@ def plan_node(node, device):
         return Plan((Memset(out(0), node.out.nbytes, 0),))
     if p.D == 0:
         return None
-    for planner in (plan_decode, plan_flash, plan_prefill):
+    for planner in (plan_decode, plan_flash_mma, plan_flash, plan_prefill):
         plan = planner(node, p, device)
         if plan is not None:
             return plan
