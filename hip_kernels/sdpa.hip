@@ -534,23 +534,47 @@ MLXA_DEVICE void flash(const SdpaFlashArgs& a) {
 // P is rounded to T before P V (MLX's decomposition rounds it too); the twin keeps float32.
 constexpr int kMmaWaves = 4;
 
+// K and V tiles of BK rows for the pipeline: asynchronous 16-byte copies where every row
+// start is 16-byte aligned (padding rows zero-filled), else element loads through registers.
+template <typename T, int ROWS, int N, int PITCH, int NT>
+MLXA_DEVICE void tile_issue(T* dst, const T* src, int64_t gs, int valid, bool aligned) {
+  if (!aligned) {
+    tile_load<T, ROWS, N, PITCH, NT>(dst, src, gs, valid, false);
+    return;
+  }
+  constexpr int VE = 16 / (int)sizeof(T);
+  constexpr int NV = N / VE;
+  for (int i = (int)threadIdx.x; i < ROWS * NV; i += NT) {
+    const int r = i / NV, c = (i % NV) * VE;
+    copy16_async(dst + r * PITCH + c, r < valid ? src + r * gs + c : src, r >= valid);
+  }
+}
+
+// The key tile: the backend's bound, and two stages of K and V within FLASH_SHARED bytes.
+template <typename T, int D, int KEYS>
+constexpr int mma_keys() {
+  constexpr int pitch = D + 16 / (int)sizeof(T);
+  int bk = KEYS;
+  while (bk > 16 && 4 * bk * pitch * (int)sizeof(T) > 48 * 1024) bk /= 2;
+  return bk;
+}
+
 template <typename T, int D>
 MLXA_DEVICE void flash_mma(const SdpaFlashArgs& a) {
   using M = mma::Tiles<T>;
   if constexpr (!M::kAvailable) {
     trap();   // the launcher takes this kernel only where the target has the unit
   } else {
-    constexpr int BK = M::kKeys;    // keys per shared-memory tile: the backend's register budget
+    constexpr int BK = mma_keys<T, D, M::kKeys>();
     constexpr int W = M::kWave, NT = kMmaWaves * W, BQ = 16 * kMmaWaves;
     constexpr int VE = 16 / (int)sizeof(T);
     constexpr int PITCH = D + VE;   // 16-byte rows; the 8 rows an ldmatrix reads hit distinct banks
     constexpr int DC = D / 16, KC = BK / 16, S = M::kSlots;
-    constexpr int ROWS = BQ > 2 * BK ? BQ : 2 * BK;
+    constexpr int STAGE = 2 * BK * PITCH;                 // K then V of one key tile
+    constexpr int ROWS = BQ * PITCH > 2 * STAGE ? BQ * PITCH : 2 * STAGE;
     static_assert(D % 16 == 0 && BK % 16 == 0, "tiles are 16 x 16");
-    __shared__ Vec<T, VE> smem_v[ROWS * PITCH / VE];
+    __shared__ Vec<T, VE> smem_v[ROWS / VE];
     T* const sm = (T*)smem_v;
-    T* const sk = sm;
-    T* const sv = sm + BK * PITCH;
 
     if ((int)blockDim.x != NT) trap();     // the launcher's block: kMmaWaves waves
     const int tid = (int)threadIdx.x, wave = tid / W, lane = tid % W;
@@ -585,11 +609,14 @@ MLXA_DEVICE void flash_mma(const SdpaFlashArgs& a) {
       m[sl] = neg_inf();
       l[sl] = 0.0f;
     }
+    // this wave's smallest causal limit: key tiles at or below it need no per-key checks
+    const int wave_limit = a.causal ? q0 + wave * 16 + a.Lk - a.Lq : a.Lk;
     int k_end = a.Lk;
     if (a.causal && a.mask_kind == MLXA_SDPA_MASK_NONE && q0 + a.Lk - a.Lq >= 0) {
       const int last = q0 + q_valid - 1 + a.Lk - a.Lq + 1;
       k_end = last < a.Lk ? last : a.Lk;
     }
+    const int n_tiles = (k_end + BK - 1) / BK;
 
     typename M::Acc o[DC];
 #pragma unroll
@@ -597,12 +624,28 @@ MLXA_DEVICE void flash_mma(const SdpaFlashArgs& a) {
 #pragma unroll
       for (int e = 0; e < M::kNS; ++e) o[dc].v[e] = 0.0f;
 
-    for (int k0 = 0; k0 < k_end; k0 += BK) {
-      const int k_valid = a.Lk - k0 < BK ? a.Lk - k0 : BK;
-      sync_block();   // Q's operands are read / the previous tile's readers are done
-      tile_load<T, BK, D, PITCH, NT>(sk, kbase + k0 * a.k_strides[2], a.k_strides[2], k_valid, kv_al);
-      tile_load<T, BK, D, PITCH, NT>(sv, vbase + k0 * a.v_strides[2], a.v_strides[2], k_valid, kv_al);
+    // two stages: tile t + 1 is in flight while tile t is computed
+    auto issue = [&](int t) {
+      T* st = sm + (t & 1) * STAGE;
+      const int k0 = t * BK;
+      const int valid = a.Lk - k0 < BK ? a.Lk - k0 : BK;
+      tile_issue<T, BK, D, PITCH, NT>(st, kbase + k0 * a.k_strides[2], a.k_strides[2], valid, kv_al);
+      tile_issue<T, BK, D, PITCH, NT>(st + BK * PITCH, vbase + k0 * a.v_strides[2], a.v_strides[2], valid, kv_al);
+      copy_async_commit();
+    };
+    sync_block();   // every wave holds its Q operands: the shared memory becomes the stages
+    if (n_tiles > 0) issue(0);
+    for (int t = 0; t < n_tiles; ++t) {
+      const int k0 = t * BK;
+      if (t + 1 < n_tiles) {
+        issue(t + 1);
+        copy_async_wait<1>();
+      } else {
+        copy_async_wait<0>();
+      }
       sync_block();
+      const T* sk = sm + (t & 1) * STAGE;
+      const T* sv = sk + BK * PITCH;
 
       typename M::Acc s[KC];
 #pragma unroll
@@ -618,16 +661,21 @@ MLXA_DEVICE void flash_mma(const SdpaFlashArgs& a) {
       float tmax[S], al[S];
 #pragma unroll
       for (int sl = 0; sl < S; ++sl) tmax[sl] = neg_inf();
+      const bool plain = a.mask_kind == MLXA_SDPA_MASK_NONE && k0 + BK <= a.Lk && k0 + BK - 1 <= wave_limit;
 #pragma unroll
       for (int j = 0; j < KC; ++j)
 #pragma unroll
         for (int e = 0; e < M::kNS; ++e) {
           const int sl = M::slot(e);
-          const int key = k0 + 16 * j + M::col(e, lane);
-          float x = neg_inf();
-          if (key < a.Lk) {
-            x = masked_logit<T>(s[j].v[e] * a.scale_log2, a.mask_kind, a.mask, mrow[sl] + key * a.mask_strides[3]);
-            if (key > limit[sl]) x = kMaskedLogit;
+          float x = s[j].v[e] * a.scale_log2;
+          if (!plain) {
+            const int key = k0 + 16 * j + M::col(e, lane);
+            if (key >= a.Lk) {
+              x = neg_inf();
+            } else {
+              x = masked_logit<T>(x, a.mask_kind, a.mask, mrow[sl] + key * a.mask_strides[3]);
+              if (key > limit[sl]) x = kMaskedLogit;
+            }
           }
           s[j].v[e] = x;
           tmax[sl] = fmaxf(tmax[sl], x);
@@ -658,8 +706,8 @@ MLXA_DEVICE void flash_mma(const SdpaFlashArgs& a) {
 #pragma unroll
         for (int dc = 0; dc < DC; ++dc) M::pv(o[dc], p, sv + 16 * j * PITCH + dc * 16, PITCH, lane);
       }
+      sync_block();   // this stage's readers are done before tile t + 2 lands in it
     }
-
     float inv[S];
 #pragma unroll
     for (int sl = 0; sl < S; ++sl) {

@@ -14,8 +14,8 @@
 //
 // The AMD backends compute S^T = K Q^T and O^T = V^T P^T: their accumulator layout is the
 // transpose of their first operand's, so that way P leaves the score tile already laid out
-// as the operand of the next product (no trip through shared memory). kKeys is the key tile
-// a backend's registers afford: gfx11 repeats each operand in both halves of the wave, and 32
+// as the operand of the next product (no trip through shared memory). kKeys bounds the key
+// tile by what a backend's registers afford: gfx11 repeats each operand in both halves of the wave, and 32
 // keys at head dim 128 already spilled there.
 //
 // Only the NVIDIA backend runs anywhere in this project's testing (on the H200). The AMD
@@ -131,8 +131,14 @@ struct Tiles<T, std::enable_if_t<std::is_same_v<T, half> || std::is_same_v<T, bf
     mma16816<T>(s.v, q.r, b[0], b[1]);
     mma16816<T>(s.v + 4, q.r, b[2], b[3]);
   }
+  // round to nearest even in one instruction (P is finite: no NaN rule to keep)
   MLXA_DEVICE static uint32_t pack2(float lo, float hi) {
-    return (uint32_t)bits16<T>(lo) | ((uint32_t)bits16<T>(hi) << 16);
+    uint32_t r;
+    if constexpr (std::is_same_v<T, bfloat16>)
+      asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    else
+      asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
   }
   MLXA_DEVICE static P pack(const Acc& s, int) {
     return P{{pack2(s.v[0], s.v[1]), pack2(s.v[2], s.v[3]), pack2(s.v[4], s.v[5]), pack2(s.v[6], s.v[7])}};

@@ -88,6 +88,27 @@ MLXA_DEVICE void check_wave() {
 
 MLXA_DEVICE void sync_block() { __syncthreads(); }
 
+// ---- asynchronous 16-byte copies, global -> shared ------------------------------------
+// NVIDIA (sm_80+): cp.async, completed in commit groups, so a kernel can load its next tile
+// while it computes on this one. Elsewhere a plain copy (the same pipelined code, without the
+// overlap). `zero`: write zeros instead of reading (a padding row; src is not read).
+#if MLXA_PLATFORM_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+MLXA_DEVICE void copy16_async(void* dst, const void* src, bool zero) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(zero ? 0 : 16) : "memory");
+}
+MLXA_DEVICE void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> MLXA_DEVICE void copy_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+#else
+MLXA_DEVICE void copy16_async(void* dst, const void* src, bool zero) {
+  uint4 v = {0u, 0u, 0u, 0u};
+  if (!zero) v = *(const uint4*)src;
+  *(uint4*)dst = v;
+}
+MLXA_DEVICE void copy_async_commit() {}
+template <int N> MLXA_DEVICE void copy_async_wait() {}
+#endif
+
 // Abort the kernel (a launch the host side must never make); the launch then fails.
 #if MLXA_PLATFORM_NVIDIA
 MLXA_DEVICE void trap() { __trap(); }
