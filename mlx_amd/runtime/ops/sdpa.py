@@ -8,21 +8,25 @@ lets query i see keys j <= i + Lk - Lq; a false boolean mask (and the causal cut
 the lowest finite score there, so a row that sees nothing averages V uniformly; an
 additive mask is added to the scaled scores; a sink is one more logit per query head.
 
-Three paths, tried in this order:
+Four paths, tried in this order:
 * decode (Lq <= 8, D == Dv in HEAD_DIMS, K/V rows in 16-byte vectors): our kernel, one
   read of K and V for all query heads of a group, split over the keys so that the GPU is
   full (splits from Lk and the device's CU count), a small combine kernel after. K/V
   are read through their strides (a KV cache is a slice of a larger buffer).
-* flash prefill (D == Dv, a tile configuration for the dtype and head dim: every head dim
-  for float16/bfloat16, all but 256 for float32; unit last strides): our kernel, one
-  launch, one block per tile of query rows of one head, the softmax online over key tiles
-  in shared memory, no score matrix in memory; causal tiles stop at their last visible
-  key. Taken up to FLASH_MAX_WORK query x key pairs per head and FLASH_MAX_KEYS keys:
-  its float32 FMA loses to the vendor GEMMs' matrix cores beyond (sdpa_bench-h200.json:
-  at 512 x 512 it matches them on the GPU and saves 16 host calls a layer; 2.8x slower at
-  4096), and without a split over the keys a few query rows against many keys leave the
-  GPU idle. ``MLX_AMD_SDPA_PREFILL=flash|gemm`` forces one path (tests, A/B; plans are
-  cached).
+* flash prefill on the matrix unit (float16/bfloat16, D == Dv in 64/80/96/128, unit last
+  strides, a device whose mlxa/mma.h backend passed its first-use self-test against the
+  twin: runtime/matrix_units.py): one launch, 64 query rows per block in four waves, K/V
+  tiles in two pipelined stages. Taken at every size (sdpa_bench-h200.json: 1.5-7x the
+  other two paths from 512 to 4096 tokens on the H200), except few query tiles against
+  more than FLASH_MAX_KEYS keys, which it does not split yet.
+* flash prefill, the portable twin (D == Dv, a tile configuration for the dtype and head
+  dim: every head dim for float16/bfloat16, all but 256 for float32; unit last strides):
+  float32 FMA, one block per tile of query rows of one head, the softmax online over key
+  tiles in shared memory, no score matrix in memory; causal tiles stop at their last
+  visible key. Taken up to FLASH_MAX_WORK query x key pairs per head and FLASH_MAX_KEYS
+  keys: beyond, the vendor GEMMs' matrix cores win (at 512 x 512 it matches them and saves
+  16 host calls a layer; 3.6x slower at 4096). ``MLX_AMD_SDPA_PREFILL=mma|flash|gemm``
+  forces one path (tests, A/B; plans are cached).
 * GEMM prefill (anything else with a float16/bfloat16/float32 dtype): the queries in chunks
   (temporary scores bounded by CHUNK_BYTES); per chunk S = scale Q K^T through the
   matmul family (vendor GEMM; the query heads of a GQA group fold into the rows of one
