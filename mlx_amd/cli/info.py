@@ -103,10 +103,18 @@ def collect(manifest_path: Path = MANIFEST) -> dict:
             except DriverError as e:
                 dev["free_memory"], dev["memory_error"] = None, str(e)
             dev["kernels"] = coverage(manifest, p.arch, p.features)
+            dev["matrix_units"] = matrix_units(p.arch)
         except DriverError as e:
             dev["error"] = str(e)
         out["devices"].append(dev)
     return out
+
+
+def matrix_units(arch: str) -> dict:
+    """{dtype: mlxa/mma.h backend or None} for the 16-bit dtypes on ``arch``."""
+    from mlx_amd.runtime import kernel_table as kt
+
+    return {dt: kt.matrix_tiles(arch, dt) for dt in ("float16", "bfloat16")}
 
 
 def _gib(n) -> str:
@@ -147,6 +155,14 @@ def render(info: dict) -> str:
             lines.append(f"      kernels: yes, target {k['target']} ({k['families']} families, {k['kernels']} kernels)")
         else:
             lines.append(f"      kernels: NONE for {d['arch']} in this installation")
+        mu = d.get("matrix_units") or {}
+        have = {dt: be for dt, be in mu.items() if be}
+        if have:
+            names = sorted(set(have.values()))
+            lines.append(f"      matrix units: {', '.join(names)} for {', '.join(have)} attention "
+                         f"(checked against the portable kernels at first use)")
+        else:
+            lines.append("      matrix units: none used (portable kernels)")
     man = info["kernels"]
     if man["found"]:
         ts = ", ".join(f"{t} ({v['families']} families)" for t, v in sorted(man["targets"].items()))

@@ -144,6 +144,9 @@ def test_info_with_a_fake_gpu(fake_gpu):
     assert "wave size 64" in out and "kernels: NONE for gfx90a" in out   # only an xnack+ build exists
     assert "APU (integrated, shared memory)" in out
     assert "kernels: yes, target gfx1151 (1 families, 1 kernels)" in out   # exact beats generic
+    # the matrix-unit backend per arch (gfx11: WMMA, gfx90a: MFMA)
+    assert out.count("matrix units: wmma for float16, bfloat16 attention") == 2
+    assert "matrix units: mfma for float16, bfloat16 attention" in out
 
 
 def test_info_json_with_a_fake_gpu(fake_gpu):
@@ -154,6 +157,7 @@ def test_info_json_with_a_fake_gpu(fake_gpu):
     devs = info["devices"]
     assert [d["arch"] for d in devs] == ["gfx1100", "gfx90a", "gfx1151"]
     assert [d["kernels"]["available"] for d in devs] == [True, False, True]
+    assert [d["matrix_units"]["bfloat16"] for d in devs] == ["wmma", "mfma", "wmma"]
     assert [d["free_memory"] for d in devs] == [1 << 30, 2 << 30, 3 << 30]
     assert devs[1]["features"] == {"sramecc": True, "xnack": False} and devs[2]["integrated"] is True
 
