@@ -7,6 +7,12 @@ Each engine runs in its own process (they are different libmlx builds):
     python benchmarks/llm_vs_mlx_cuda.py --engine ours --part DIR      # mlx-amd enabled
     python benchmarks/llm_vs_mlx_cuda.py --combine DIR [--out DIR]     # rows with ratios
 
+A host-bound step (llama-1b) moves up to 2x within minutes on a lent machine
+(results/decode_noise-h200.txt), so a comparison that must settle a ratio runs rounds:
+``--round K`` writes the engine's part as round K, the engines alternate (mlx-cuda r0,
+ours r0, mlx-cuda r1, ...: tools/llm-compare.sh), and --combine reports the median over
+rounds of each round's median, printing every round's value.
+
 Decode = tokens after the first over the time after the first (median of --runs runs),
 prefill = prompt tokens over the time to the first token. Each run starts with a fresh KV
 cache; --warmup generations first (MLX-CUDA JIT-compiles its kernels there; mlx-amd records
@@ -26,7 +32,11 @@ import time
 os.environ.setdefault("MLX_AMD_AUTO", "0")
 
 
-def run_engine(engine, shapes, quant, tokens, prompt_len, runs, part_dir, warmup=2):
+def part_name(engine, rnd=None) -> str:
+    return f"llm-{engine}.json" if rnd is None else f"llm-{engine}-r{int(rnd)}.json"
+
+
+def run_engine(engine, shapes, quant, tokens, prompt_len, runs, part_dir, warmup=2, rnd=None):
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
@@ -37,7 +47,7 @@ def run_engine(engine, shapes, quant, tokens, prompt_len, runs, part_dir, warmup
 
         mlx_amd.enable()
     res = {"engine": engine, "mlx": mx.__version__, "models": {}}
-    path = os.path.join(part_dir, f"llm-{engine}.json")
+    path = os.path.join(part_dir, part_name(engine, rnd))
     for shape in shapes:
         for bits in quant:
             tag = f"{shape} {'bf16' if not bits else f'{bits}-bit g64'}"
@@ -70,17 +80,41 @@ def run_engine(engine, shapes, quant, tokens, prompt_len, runs, part_dir, warmup
     return path
 
 
+def load_rounds(part_dir, engine) -> dict:
+    """{tag: {field: median over rounds, "rounds": [per-round decode tok/s]}} from every
+    part of ``engine`` in part_dir (one unnumbered part, or rounds r0, r1, ...)."""
+    import glob
+
+    paths = sorted(glob.glob(os.path.join(part_dir, f"llm-{engine}-r*.json")))
+    single = os.path.join(part_dir, part_name(engine))
+    if not paths and os.path.exists(single):
+        paths = [single]
+    per_tag: dict = {}
+    for p in paths:
+        for tag, m in json.load(open(p))["models"].items():
+            per_tag.setdefault(tag, []).append(m)
+    out = {}
+    for tag, ms in per_tag.items():
+        o = dict(ms[0])
+        for f in ("decode_tok_s", "prefill_tok_s"):
+            o[f] = statistics.median(m[f] for m in ms)
+        o["rounds"] = [round(m["decode_tok_s"], 1) for m in ms]
+        out[tag] = o
+    return out
+
+
 def combine(part_dir, out_dir):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from harness import Bench
 
-    ours = json.load(open(os.path.join(part_dir, "llm-ours.json")))["models"]
-    peer_path = os.path.join(part_dir, "llm-mlx-cuda.json")
-    peer = json.load(open(peer_path))["models"] if os.path.exists(peer_path) else {}
+    ours = load_rounds(part_dir, "ours")
+    peer = load_rounds(part_dir, "mlx-cuda")
     b = Bench("llm_vs_mlx_cuda")
     ref = "MLX 0.32.4 CUDA backend (mlx-cuda-13), same GPU, same run"
     for tag, o in ours.items():
         p = peer.get(tag, {})
+        if len(o["rounds"]) > 1 or len(p.get("rounds", ())) > 1:
+            print(f"  {tag}: decode per round, ours {o['rounds']}, MLX-CUDA {p.get('rounds')}")
         b.row(f"decode {tag}", o["decode_tok_s"], "tok/s", ref, p.get("decode_tok_s"))
         b.row(f"prefill {tag} ({o['prompt']} tokens)", o["prefill_tok_s"], "tok/s", ref, p.get("prefill_tok_s"))
         b.row(f"decode {tag} vs bandwidth bound", o["decode_tok_s"], "tok/s",
@@ -102,6 +136,7 @@ def main():
     ap.add_argument("--prompt", type=int, default=512, help="prompt tokens (issue 9 measures prefill at 512)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--round", type=int, default=None, help="write this engine's part as round K")
     a = ap.parse_args()
     if not a.combine and not a.engine:
         ap.error("say --engine ours|mlx-cuda|plain (one process per engine), or --combine PART_DIR")
@@ -110,7 +145,7 @@ def main():
         return
     os.makedirs(a.part, exist_ok=True)
     run_engine(a.engine, a.shapes.split(","), [int(q) for q in a.quant.split(",")], a.tokens, a.prompt,
-               a.runs, a.part, a.warmup)
+               a.runs, a.part, a.warmup, a.round)
 
 
 if __name__ == "__main__":
