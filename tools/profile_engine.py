@@ -52,8 +52,8 @@ def make_runtime():
     ev.stream = None
     context._runtime = rt
     native = _null_native()
-    if native is not None and os.environ.get("MLX_AMD_REPLAY", "1") != "0":
-        ev.native, ev.replay = native, True
+    if native is not None:   # as on a GPU: native launches whether or not replays are on
+        ev.native, ev.replay = native, os.environ.get("MLX_AMD_REPLAY", "1") != "0"
     return rt, NoKernelDriver
 
 

@@ -174,13 +174,64 @@ typedef _Float16 f16x16 __attribute__((ext_vector_type(16)));
 // N 16-bit elements at p (8-byte aligned or better) as a short vector.
 template <int N, typename V>
 MLXA_DEVICE V lds_vec(const void* p) { return *(const V*)p; }
-#endif
+
+// CDNA's MFMA (G = 4, wave 64) and RDNA4's WMMA (G = 8, wave 32) share one lane layout: lane l
+// holds row (or column) l % 16 and k (or m) G (l / 16) .. G (l / 16) + G - 1 of every operand and
+// result. With A = K and B = Q^T, D = S^T: lane l holds query l % 16, keys G (l / 16) + e, which
+// is B's layout for P^T in O^T = V^T P^T, whose D holds query l % 16, d G (l / 16) + e.
+template <typename T, int G, int WAVE, class Op>
+struct GroupedTiles {
+  typedef short IV __attribute__((ext_vector_type(G)));
+  typedef float FV __attribute__((ext_vector_type(G)));
+  static constexpr bool kAvailable = true;
+  static constexpr int kWave = WAVE, kNS = G, kSlots = 1, kKeys = 64;
+  struct Acc { float v[G]; };
+  struct Q { IV r; };
+  struct P { IV r; };
+  MLXA_DEVICE static void mma(Acc& acc, IV a, IV b) {
+    FV c;
+#pragma unroll
+    for (int e = 0; e < G; ++e) c[e] = acc.v[e];
+    c = Op::mma(a, b, c);
+#pragma unroll
+    for (int e = 0; e < G; ++e) acc.v[e] = c[e];
+  }
+  MLXA_DEVICE static const IV& group(const T* p, int ld, int lane) {
+    return *(const IV*)(p + (lane % 16) * ld + G * (lane / 16));
+  }
+  MLXA_DEVICE static void load_q(Q& q, const T* p, int ld, int lane) { q.r = group(p, ld, lane); }
+  MLXA_DEVICE static void qk(Acc& s, const Q& q, const T* k, int ld, int lane) { mma(s, group(k, ld, lane), q.r); }
+  MLXA_DEVICE static P pack(const Acc& s, int) {
+    P p;
+#pragma unroll
+    for (int e = 0; e < G; ++e) p.r[e] = (short)bits16<T>(s.v[e]);
+    return p;
+  }
+  // A = V^T: row d = l % 16, k = keys G (l / 16) .. (a column of V: G 16-bit reads)
+  MLXA_DEVICE static void pv(Acc& o, const P& p, const T* v, int ld, int lane) {
+    const unsigned short* vs = (const unsigned short*)v + (G * (lane / 16)) * ld + lane % 16;
+    IV a;
+#pragma unroll
+    for (int e = 0; e < G; ++e) a[e] = (short)vs[e * ld];
+    mma(o, a, p.r);
+  }
+  MLXA_DEVICE static constexpr int slot(int) { return 0; }
+  MLXA_DEVICE static int query(int, int lane) { return lane % 16; }
+  MLXA_DEVICE static int col(int e, int lane) { return G * (lane / 16) + e; }
+  template <class Op2> MLXA_DEVICE static float reduce(float x, Op2 op) {
+#pragma unroll
+    for (int o = 16; o < WAVE; o <<= 1) x = op(x, shfl_xor(x, o));
+    return x;
+  }
+};
+
+
+#endif  // MLXA_PLATFORM_AMD
 
 #if MLXA_PLATFORM_AMD && MLXA_HAS_MFMA
-// ---- CDNA: v_mfma_f32_16x16x16, wave 64 ------------------------------------------------
-// Lane l: c = l % 16, h = l / 16. A (m x k): row c, k 4h..4h+3; B (k x n): column c, k 4h..;
-// D (m x n): column c, rows 4h..4h+3. With A = K and B = Q^T, D = S^T: lane l holds query c,
-// keys 4h + e; that is B's layout for P^T in O^T = V^T P^T, whose D holds query c, d 4h + e.
+// ---- CDNA: v_mfma_f32_16x16x16, wave 64: GroupedTiles with G = 4 ---------------------------
+// A (m x k): row l % 16, k 4 (l / 16) + e; B (k x n): column l % 16, same k; D: column l % 16,
+// rows 4 (l / 16) + e.
 template <typename T>
 struct MfmaOps;
 template <> struct MfmaOps<half> {
@@ -201,47 +252,8 @@ template <> struct MfmaOps<bfloat16> {
 };
 
 template <typename T>
-struct Tiles<T, std::enable_if_t<(std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) && MfmaOps<T>::kOk>> {
-  static constexpr bool kAvailable = true;
-  static constexpr int kWave = 64, kNS = 4, kSlots = 1, kKeys = 64;
-  struct Acc { float v[4]; };
-  struct Q { i16x4 r; };
-  struct P { i16x4 r; };
-  MLXA_DEVICE static void load_q(Q& q, const T* p, int ld, int lane) {
-    q.r = lds_vec<4, i16x4>(p + (lane % 16) * ld + 4 * (lane / 16));
-  }
-  MLXA_DEVICE static void qk(Acc& s, const Q& q, const T* k, int ld, int lane) {
-    const i16x4 a = lds_vec<4, i16x4>(k + (lane % 16) * ld + 4 * (lane / 16));
-    f32x4 c = {s.v[0], s.v[1], s.v[2], s.v[3]};
-    c = MfmaOps<T>::mma(a, q.r, c);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s.v[e] = c[e];
-  }
-  MLXA_DEVICE static P pack(const Acc& s, int) {
-    P p;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) p.r[e] = (short)bits16<T>(s.v[e]);
-    return p;
-  }
-  // A = V^T: row d = c, k = keys 4h.. (a column of V: four 16-bit reads)
-  MLXA_DEVICE static void pv(Acc& o, const P& p, const T* v, int ld, int lane) {
-    const unsigned short* vs = (const unsigned short*)v + (4 * (lane / 16)) * ld + lane % 16;
-    i16x4 a;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) a[e] = (short)vs[e * ld];
-    f32x4 c = {o.v[0], o.v[1], o.v[2], o.v[3]};
-    c = MfmaOps<T>::mma(a, p.r, c);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o.v[e] = c[e];
-  }
-  MLXA_DEVICE static constexpr int slot(int) { return 0; }
-  MLXA_DEVICE static int query(int, int lane) { return lane % 16; }
-  MLXA_DEVICE static int col(int e, int lane) { return 4 * (lane / 16) + e; }
-  template <class Op> MLXA_DEVICE static float reduce(float x, Op op) {
-    x = op(x, shfl_xor(x, 16));
-    return op(x, shfl_xor(x, 32));
-  }
-};
+struct Tiles<T, std::enable_if_t<(std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) && MfmaOps<T>::kOk>>
+    : GroupedTiles<T, 4, 64, MfmaOps<T>> {};
 #endif  // MFMA
 
 #if MLXA_PLATFORM_AMD && MLXA_HAS_WMMA && !MLXA_WMMA_GFX12
@@ -309,58 +321,23 @@ struct Tiles<T, std::enable_if_t<std::is_same_v<T, half> || std::is_same_v<T, bf
 #endif  // gfx11 WMMA
 
 #if MLXA_PLATFORM_AMD && MLXA_WMMA_GFX12
-// ---- RDNA4: v_wmma_f32_16x16x16 (gfx12 forms), wave 32 --------------------------------------
-// Lane l: c = l % 16, h = l / 16. A: row c, k 8h..8h+7; B: column c, k 8h..; D: column c, rows
-// 8h + e. D = S^T: query c, keys 8h + e, exactly B's layout for P^T.
-template <typename T> MLXA_DEVICE f32x8 wmma12(i16x8 a, i16x8 b, f32x8 c);
-template <> MLXA_DEVICE f32x8 wmma12<half>(i16x8 a, i16x8 b, f32x8 c) {
-  return __builtin_amdgcn_wmma_f32_16x16x16_f16_w32_gfx12(__builtin_bit_cast(f16x8, a), __builtin_bit_cast(f16x8, b), c);
-}
-template <> MLXA_DEVICE f32x8 wmma12<bfloat16>(i16x8 a, i16x8 b, f32x8 c) {
-  return __builtin_amdgcn_wmma_f32_16x16x16_bf16_w32_gfx12(a, b, c);
-}
+// ---- RDNA4: v_wmma_f32_16x16x16 (gfx12 forms), wave 32: GroupedTiles with G = 8 ------------
+// A: row l % 16, k 8 (l / 16) + e; B: column l % 16, same k; D: column l % 16, rows 8 (l / 16) + e.
+template <typename T> struct Wmma12Ops;
+template <> struct Wmma12Ops<half> {
+  MLXA_DEVICE static f32x8 mma(i16x8 a, i16x8 b, f32x8 c) {
+    return __builtin_amdgcn_wmma_f32_16x16x16_f16_w32_gfx12(__builtin_bit_cast(f16x8, a), __builtin_bit_cast(f16x8, b), c);
+  }
+};
+template <> struct Wmma12Ops<bfloat16> {
+  MLXA_DEVICE static f32x8 mma(i16x8 a, i16x8 b, f32x8 c) {
+    return __builtin_amdgcn_wmma_f32_16x16x16_bf16_w32_gfx12(a, b, c);
+  }
+};
 
 template <typename T>
-struct Tiles<T, std::enable_if_t<std::is_same_v<T, half> || std::is_same_v<T, bfloat16>>> {
-  static constexpr bool kAvailable = true;
-  static constexpr int kWave = 32, kNS = 8, kSlots = 1, kKeys = 64;
-  struct Acc { float v[8]; };
-  struct Q { i16x8 r; };
-  struct P { i16x8 r; };
-  MLXA_DEVICE static void load_q(Q& q, const T* p, int ld, int lane) {
-    q.r = lds_vec<8, i16x8>(p + (lane % 16) * ld + 8 * (lane / 16));
-  }
-  MLXA_DEVICE static void qk(Acc& s, const Q& q, const T* k, int ld, int lane) {
-    f32x8 c;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) c[e] = s.v[e];
-    c = wmma12<T>(lds_vec<8, i16x8>(k + (lane % 16) * ld + 8 * (lane / 16)), q.r, c);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) s.v[e] = c[e];
-  }
-  MLXA_DEVICE static P pack(const Acc& s, int) {
-    P p;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) p.r[e] = (short)bits16<T>(s.v[e]);
-    return p;
-  }
-  MLXA_DEVICE static void pv(Acc& o, const P& p, const T* v, int ld, int lane) {
-    const unsigned short* vs = (const unsigned short*)v + (8 * (lane / 16)) * ld + lane % 16;
-    i16x8 a;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) a[e] = (short)vs[e * ld];
-    f32x8 c;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) c[e] = o.v[e];
-    c = wmma12<T>(a, p.r, c);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) o.v[e] = c[e];
-  }
-  MLXA_DEVICE static constexpr int slot(int) { return 0; }
-  MLXA_DEVICE static int query(int, int lane) { return lane % 16; }
-  MLXA_DEVICE static int col(int e, int lane) { return 8 * (lane / 16) + e; }
-  template <class Op> MLXA_DEVICE static float reduce(float x, Op op) { return op(x, shfl_xor(x, 16)); }
-};
+struct Tiles<T, std::enable_if_t<std::is_same_v<T, half> || std::is_same_v<T, bfloat16>>>
+    : GroupedTiles<T, 8, 32, Wmma12Ops<T>> {};
 #endif  // gfx12 WMMA
 
 }  // namespace mlxa::mma
