@@ -74,7 +74,7 @@ def _open(ctx) -> tuple:
             if name not in _warned:
                 _warned.add(name)
                 warnings.warn(f"mlx-amd: GEMM library unavailable, using the portable kernel: {e}",
-                              RuntimeWarning, stacklevel=4)
+                              RuntimeWarning, stacklevel=5)   # past engines, _candidates, run/native
             continue
         made[name] = eng
         usable.append(eng)
