@@ -15,8 +15,8 @@
 // The AMD backends compute S^T = K Q^T and O^T = V^T P^T: their accumulator layout is the
 // transpose of their first operand's, so that way P leaves the score tile already laid out
 // as the operand of the next product (no trip through shared memory). kKeys bounds the key
-// tile by what a backend's registers afford: gfx11 repeats each operand in both halves of the wave, and 32
-// keys at head dim 128 already spilled there.
+// tile by what a backend's registers afford: gfx11 repeats each operand in both halves of
+// the wave, and 32 keys at head dim 128 already spilled there.
 //
 // Only the NVIDIA backend runs anywhere in this project's testing (on the H200). The AMD
 // ones compile for their archs in CI; their lane layouts follow AMD's ISA documents and
