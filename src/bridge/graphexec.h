@@ -7,9 +7,9 @@
 // graph is launched once; otherwise the graph is built again from the
 // sequence. A replay that must run something else in order with them midway (a
 // vendor-library call, native or through Python; a node planned in Python)
-// issues what it collected eagerly and goes on eagerly. The driver entry points and the parameter struct layout (CUDA's and
-// HIP's differ) come from the driver table in Python (set_graph_api), which CI
-// checks against the vendors' headers.
+// issues what it collected eagerly and goes on eagerly. The driver entry points
+// and the parameter struct layout (CUDA's and HIP's differ) come from the driver
+// table in Python (set_graph_api), which CI checks against the vendors' headers.
 #pragma once
 
 #include <string>

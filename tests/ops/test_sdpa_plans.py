@@ -17,9 +17,13 @@ from cprobe import probe_output
 R = Layout.row_major
 
 
-def props(wave=32, cus=132):
-    return DeviceProperties(0, "test", "sm_90", "sm_90", {}, wave, cus, 1 << 34, False,
+def arch_props(arch, wave=32, cus=132):
+    return DeviceProperties(0, "test", arch, arch, {}, wave, cus, 1 << 34, False,
                             0, 0, 0, 0, 1024, 65536, True, "0")
+
+
+def props(wave=32, cus=132):
+    return arch_props("sm_90", wave, cus)
 
 
 def kv(B, H, L, D, dt, cap=None):
@@ -173,11 +177,6 @@ def test_flash_by_size(monkeypatch):
     assert "sdpa_flash_d128_bfloat16" not in kernels(1, 32, 8, 40, 2000, 128, mode="causal")
     monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", "auto")
     assert kernels(1, 32, 8, 511, 511, 64, mode="causal") == ["sdpa_flash_d64_bfloat16"]
-
-
-def arch_props(arch, wave=32, cus=132):
-    return DeviceProperties(0, "test", arch, arch, {}, wave, cus, 1 << 34, False,
-                            0, 0, 0, 0, 1024, 65536, True, "0")
 
 
 @pytest.mark.parametrize("arch,block", [("sm_90", 128), ("gfx942:sramecc+:xnack-", 256), ("gfx90a", 256),

@@ -370,11 +370,11 @@ def plan_flash_mma(node, p: Problem, device) -> Plan | None:
     except few query tiles against more than FLASH_MAX_KEYS keys (no split over the keys
     yet: the GEMM path fills the GPU better there)."""
     force = prefill_force()
-    if force in ("flash", "gemm") or p.D != p.Dv or p.dt not in kt.table(FAMILY).MMA_DTYPES:
-        return None
     t = kt.table(FAMILY)
+    if force in ("flash", "gemm") or p.D != p.Dv or p.dt not in t.MMA_DTYPES or p.D not in t.MMA_HEAD_DIMS:
+        return None
     rows = t.flash_mma_rows()
-    if p.D not in t.MMA_HEAD_DIMS or not _flash_fits(node, p, rows):
+    if not _flash_fits(node, p, rows):
         return None
     blocks = -(-p.Lq // rows) * p.Hq * p.B
     if force != "mma" and p.Lk > FLASH_MAX_KEYS and blocks < 2 * max(1, int(device.compute_units)):
