@@ -82,9 +82,10 @@ def test_device_memory_round_trips(drv):
         assert (out == src).all()
         # direction inferred from the addresses
         drv.memset(b, 0, n)
-        drv.memcpy(b, src[::-1].copy().ctypes.data, n)
+        rev = src[::-1].copy()      # held: a temporary's buffer is freed before the copy reads it
+        drv.memcpy(b, rev.ctypes.data, n)
         drv.memcpy(out.ctypes.data, b, n)
-        assert (out == src[::-1]).all()
+        assert (out == rev).all()
         # queued on a stream
         s = drv.stream_create()
         src2 = np.ascontiguousarray(src ^ 0x5A)
