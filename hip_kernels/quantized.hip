@@ -14,9 +14,17 @@
 //             before any arithmetic, dequantizes in registers, accumulates in float, and
 //             the wave reduces. One load of x serves all the rows. Optional uint32 index
 //             arrays pick x's and w's batch per output batch (GatherQMM).
+//   qmv_mma   the same product for 4-bit affine w and 16-bit x on the matrix unit (NVIDIA
+//             mma.sync; the AMD backends are not written yet, so there it is never
+//             launched): a wave owns 16 rows, the quantized values go into the A operand
+//             in one logic instruction per two, x rows are B's columns, and a second MMA
+//             with an all-ones A gives each group's sum of x for the biases. About two
+//             instructions per weight where qmv takes four to seven (ncu), and x is read
+//             by the eight lanes that hold B, not by every lane.
 //   dequant   w -> a row-contiguous array of x's dtype (prefill: a GEMM follows).
 //   quantize  affine quantization, one thread per group, MLX's CPU arithmetic in float.
 //   fp8       fast::ConvertFP8 (float <-> e4m3 bytes) with MLX's CPU rounding.
+#include "mlxa/mma.h"
 #include "mlxa/quantized_args.h"
 #include "mlxa/types.h"
 #include "mlxa/wave.h"
@@ -25,6 +33,19 @@ namespace mlxa {
 namespace q {
 
 enum Mode { kAffine = 0, kMxfp4 = 1, kMxfp8 = 2, kNvfp4 = 3 };
+
+// (a & mask) | bits in one instruction. nvcc splits it into an AND and an OR when both are
+// constants (its LOP3 takes one immediate): a third more integer work per weight on the H200.
+// AMD's compiler picks v_and_or_b32 from the plain expression.
+MLXA_DEVICE uint32_t and_or(uint32_t a, uint32_t mask, uint32_t bits) {
+#if MLXA_PLATFORM_NVIDIA
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(mask), "r"(bits));
+  return d;
+#else
+  return (a & mask) | bits;
+#endif
+}
 
 constexpr int kQmvWaves = 4;     // waves per block
 constexpr int kQmvRows = 4;      // output rows per wave
@@ -167,6 +188,30 @@ MLXA_DEVICE long long batch_loc(unsigned i, int nd, const int64_t* shape, const 
 
 MLXA_DEVICE bool aligned(const void* p, int bytes) { return ((unsigned long long)p % (unsigned)bytes) == 0; }
 
+// Batch b's operands: x (row 0), w, scales, biases (GatherQMM: lhs/rhs pick the batches).
+template <typename T, typename S>
+struct QmvBatch {
+  const T* x;
+  const uint32_t* w;
+  const S* s;
+  const T* b;
+};
+
+template <typename T, typename S, bool kBias>
+MLXA_DEVICE QmvBatch<T, S> qmv_batch(const QmvArgs& a, long long b) {
+  long long xi = b, wi = b;
+  if (a.gather) {
+    xi = ((const uint32_t*)a.lhs)[batch_loc((unsigned)b, a.nb, a.out_shape, a.lhs_str)];
+    xi = xi < a.x_count ? xi : a.x_count - 1;   // MLX does not check; never read outside x
+    wi = ((const uint32_t*)a.rhs)[batch_loc((unsigned)b, a.nb, a.out_shape, a.rhs_str)];
+    wi = wi < a.w_count ? wi : a.w_count - 1;
+  }
+  return {(const T*)a.x + batch_loc((unsigned)xi, a.x_nb, a.x_shape, a.x_str),
+          (const uint32_t*)a.w + batch_loc((unsigned)wi, a.w_nb, a.w_shape, a.w_str),
+          (const S*)a.scales + batch_loc((unsigned)wi, a.w_nb, a.w_shape, a.s_str),
+          kBias ? (const T*)a.biases + batch_loc((unsigned)wi, a.w_nb, a.w_shape, a.b_str) : nullptr};
+}
+
 // sum over one chunk of x times its dequantized values, one term per row r < R: the
 // words wd[r], scale sc[r] and bias bi[r] of each row, x's CV values at xf.
 template <typename T, int B, int Mode, int R>
@@ -297,17 +342,11 @@ MLXA_DEVICE void qmv(const QmvArgs& a) {
   const int gshift = a.group_shift;
   const long long step = (long long)W * ks;
   for (long long b = blockIdx.y; b < a.batch; b += gridDim.y) {
-    long long xi = b, wi = b;
-    if (a.gather) {
-      xi = ((const uint32_t*)a.lhs)[batch_loc((unsigned)b, a.nb, a.out_shape, a.lhs_str)];
-      xi = xi < a.x_count ? xi : a.x_count - 1;   // MLX does not check; never read outside x
-      wi = ((const uint32_t*)a.rhs)[batch_loc((unsigned)b, a.nb, a.out_shape, a.rhs_str)];
-      wi = wi < a.w_count ? wi : a.w_count - 1;
-    }
-    const T* xb = (const T*)a.x + batch_loc((unsigned)xi, a.x_nb, a.x_shape, a.x_str) + m * a.x_row;
-    const uint32_t* wb = (const uint32_t*)a.w + batch_loc((unsigned)wi, a.w_nb, a.w_shape, a.w_str);
-    const S* sb = (const S*)a.scales + batch_loc((unsigned)wi, a.w_nb, a.w_shape, a.s_str);
-    const T* bb = F::kBias ? (const T*)a.biases + batch_loc((unsigned)wi, a.w_nb, a.w_shape, a.b_str) : nullptr;
+    const QmvBatch<T, S> q = qmv_batch<T, S, F::kBias>(a, b);
+    const T* xb = q.x + m * a.x_row;
+    const uint32_t* wb = q.w;
+    const S* sb = q.s;
+    const T* bb = q.b;
     const bool wvec = a.w_vec && aligned(wb, chunk_align<CW>());
     const bool xvec = a.x_vec && aligned(xb, 16) && CV % XV == 0;
     // rows past the end read the last row (valid memory); their sums are never stored
@@ -347,6 +386,275 @@ MLXA_DEVICE void qmv(const QmvArgs& a) {
         if (row0 + r < N) ((T*)a.out)[(b * M + m) * N + row0 + r] = cast<T>(v[r]);
     }
   }
+}
+
+// ---- qmv on the matrix unit: 4-bit affine w, 16-bit x (M <= 8 rows), NVIDIA mma.sync ------
+//
+// Fragments of m16n8k16 (g = lane / 4, t = lane % 4): A holds rows g and g + 8 at k 2t, 2t + 1,
+// 2t + 8, 2t + 9; B column g at the same k; D rows g / g + 8, columns 2t, 2t + 1. Any one-to-one
+// map of a group's k onto the MMA's k serves, as long as A and B agree: lane t takes the quarter
+// t of each group (G / 4 values, contiguous in memory), and within a word of 8 values the pairs
+// (i, i + 4) that one mask extracts. A column of B is a row of x, read by the lanes of quad g
+// only. The product runs on 128 + q (bfloat16: the value straight from the mask; the 128 * sum x
+// it adds is taken off with the biases) or on q itself (float16: 1024 + q minus 1024, exact).
+constexpr int kQmvMmaWaves = 4;      // waves per block: 4 / ksplit tiles of 16 rows
+constexpr int kQmvMmaStage = 256;    // k per load of a lane: 8 words of each of its rows
+constexpr int kMmaWave = mma::Tiles<bfloat16>::kWave;              // mma.sync's warp
+constexpr int kQmvMmaThreads = kQmvMmaWaves * kMmaWave;
+
+#if MLXA_MMA_SYNC
+template <typename T, int G>
+struct QmvMmaStage {
+  static constexpr int GPS = kQmvMmaStage / G, SW = (GPS + 1) / 2;
+  uint32_t w0[8], w1[8];                 // rows g, g + 8: G / 32 words of each group
+  uint32_t s0[SW], s1[SW], b0[SW], b1[SW];
+};
+
+template <int N>
+MLXA_DEVICE void load_u32(uint32_t* d, const uint32_t* p, bool vec) {
+  if (vec) {
+    if constexpr (N % 4 == 0) {
+#pragma unroll
+      for (int j = 0; j < N / 4; ++j) {
+        const Vec<uint32_t, 4> v = ((const Vec<uint32_t, 4>*)p)[j];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d[4 * j + e] = v.v[e];
+      }
+      return;
+    } else if constexpr (N == 2) {
+      const Vec<uint32_t, 2> v = *(const Vec<uint32_t, 2>*)p;
+      d[0] = v.v[0];
+      d[1] = v.v[1];
+      return;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < N; ++j) d[j] = p[j];
+}
+
+// SW words of 16-bit scales or biases (one word of a single value when GPS is 1: never here)
+template <int SW>
+MLXA_DEVICE void load_halves(uint32_t* d, const unsigned short* p, bool vec) {
+  if (vec) {
+    load_u32<SW>(d, (const uint32_t*)p, true);
+  } else {
+#pragma unroll
+    for (int j = 0; j < SW; ++j) d[j] = p[2 * j] | ((uint32_t)p[2 * j + 1] << 16);
+  }
+}
+
+// Where a lane's rows live in one batch, and its place in the fragments.
+template <typename T>
+struct QmvMmaRows {
+  const uint32_t* w0;
+  const uint32_t* w1;
+  const unsigned short* s0;
+  const unsigned short* s1;
+  const unsigned short* b0;
+  const unsigned short* b1;
+  const T* x;           // row g of x (quad g < M), else row 0
+  const T* x0;          // row 0 of x
+  int g, t, M;
+};
+
+template <typename T, int G>
+MLXA_DEVICE void qmv_mma_load(QmvMmaStage<T, G>& st, const QmvMmaRows<T>& r, int stage) {
+  using St = QmvMmaStage<T, G>;
+  constexpr int WPG = G / 32;
+#pragma unroll
+  for (int j = 0; j < St::GPS; ++j) {
+    const int off = stage * 32 + j * (G / 8) + r.t * WPG;
+    load_u32<WPG>(st.w0 + j * WPG, r.w0 + off, true);
+    load_u32<WPG>(st.w1 + j * WPG, r.w1 + off, true);
+  }
+  const int so = stage * St::GPS;
+  load_halves<St::SW>(st.s0, r.s0 + so, true);
+  load_halves<St::SW>(st.s1, r.s1 + so, true);
+  load_halves<St::SW>(st.b0, r.b0 + so, true);
+  load_halves<St::SW>(st.b1, r.b1 + so, true);
+}
+
+MLXA_DEVICE float half_of(uint32_t w, int hi, bool bf) {
+  const unsigned short v = (unsigned short)(hi ? w >> 16 : w);
+  return bf ? to_float(bfloat16{v}) : to_float(half{v});
+}
+
+// A pair of 4-bit values (already shifted to bits 0 and 16) as the A operand: 128 + q in
+// bfloat16 (the caller takes 128 * sum x off), q in float16.
+template <typename T>
+MLXA_DEVICE uint32_t qmv_a_pair(uint32_t v) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    return and_or(v, 0x000F000Fu, 0x43004300u);
+  } else {
+    const uint32_t h = and_or(v, 0x000F000Fu, 0x64006400u);   // 1024 + q
+    uint32_t r;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(h), "r"(0x64006400u));
+    return r;
+  }
+}
+
+// acc[i][c] += the stage's groups for rows g + 8 i and x row 2t + c.
+template <typename T, int G>
+MLXA_DEVICE void qmv_mma_stage(float (&acc)[2][2], bool& bad, const QmvMmaStage<T, G>& st, const QmvMmaRows<T>& r,
+                               int stage) {
+  using St = QmvMmaStage<T, G>;
+  constexpr int WPG = G / 32, XW = G / 8;   // words of a lane's x quarter (G / 4 values)
+  constexpr bool kBf = std::is_same_v<T, bfloat16>;
+  const uint32_t ones[4] = {kBf ? 0x3F803F80u : 0x3C003C00u, kBf ? 0x3F803F80u : 0x3C003C00u,
+                            kBf ? 0x3F803F80u : 0x3C003C00u, kBf ? 0x3F803F80u : 0x3C003C00u};
+#pragma unroll
+  for (int j = 0; j < St::GPS; ++j) {
+    const long long k0 = (long long)stage * kQmvMmaStage + j * G;   // the group's first k
+    uint32_t xv[XW];
+    if (r.g < r.M) {
+      load_u32<XW>(xv, (const uint32_t*)(r.x + k0 + r.t * (G / 4)), true);
+    } else {
+#pragma unroll
+      for (int e = 0; e < XW; ++e) xv[e] = 0u;
+    }
+    float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int wi = 0; wi < WPG; ++wi) {
+      const uint32_t u0 = st.w0[j * WPG + wi], u1 = st.w1[j * WPG + wi];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t A[4] = {qmv_a_pair<T>(u0 >> (8 * h)), qmv_a_pair<T>(u1 >> (8 * h)),
+                               qmv_a_pair<T>(u0 >> (8 * h + 4)), qmv_a_pair<T>(u1 >> (8 * h + 4))};
+        // x at the same k: values 8 wi + 2h + {0, 4} (b0) and + {1, 5} (b1) of the quarter
+        const uint32_t lo = xv[4 * wi + h], hi = xv[4 * wi + h + 2];
+        const uint32_t B0 = __byte_perm(lo, hi, 0x5410), B1 = __byte_perm(lo, hi, 0x7632);
+        mma::mma16816<T>(d, A, B0, B1);
+        mma::mma16816<T>(e, ones, B0, B1);
+      }
+    }
+    const float s0 = half_of(st.s0[j / 2], j & 1, kBf), s1 = half_of(st.s1[j / 2], j & 1, kBf);
+    const float b0 = half_of(st.b0[j / 2], j & 1, kBf), b1 = half_of(st.b1[j / 2], j & 1, kBf);
+    const float e0 = kBf ? fmaf(-128.f, s0, b0) : b0, e1 = kBf ? fmaf(-128.f, s1, b1) : b1;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      acc[0][c] += fmaf(s0, d[c], e0 * e[c]);
+      acc[1][c] += fmaf(s1, d[2 + c], e1 * e[2 + c]);
+    }
+    // an infinite or NaN x: the caller redoes the tile in MLX's order
+    bad |= !(fabsf(e[0]) <= 3.4028234663852886e38f) || !(fabsf(e[1]) <= 3.4028234663852886e38f);
+  }
+}
+
+// A lane's stages s_begin .. s_end - 1: two register sets, the next stage's loads in flight
+// while this one is multiplied.
+template <typename T, int G>
+MLXA_DEVICE bool qmv_mma_rows(float (&acc)[2][2], const QmvMmaRows<T>& r, int s_begin, int s_end) {
+  QmvMmaStage<T, G> sa, sb;
+  bool bad = false;
+  if (s_begin < s_end) qmv_mma_load<T, G>(sa, r, s_begin);
+#pragma unroll 1
+  for (int st = s_begin; st < s_end; st += 2) {
+    if (st + 1 < s_end) qmv_mma_load<T, G>(sb, r, st + 1);
+    qmv_mma_stage<T, G>(acc, bad, sa, r, st);
+    if (st + 1 >= s_end) break;
+    if (st + 2 < s_end) qmv_mma_load<T, G>(sa, r, st + 2);
+    qmv_mma_stage<T, G>(acc, bad, sb, r, st + 1);
+  }
+  return bad;
+}
+
+// The same sums in MLX's order of operations (x times each dequantized weight), with plain
+// loads, the wave's lanes along k, one row and row of x at a time: for a base address that
+// is not 16-byte aligned (a view at an odd offset) and for a tile whose x holds an infinity or
+// NaN (inf * 0 must not arise from q == 0). Slow, and out of line so that its registers do
+// not cost the fast path occupancy.
+struct QmvMmaAcc {
+  float v[2][2];
+};
+
+template <typename T, int G>
+__device__ __noinline__ QmvMmaAcc qmv_mma_mlx_order(QmvArgs a, QmvBatch<T, T> q, long long n0, int s_begin, int s_end,
+                                                   int g, int t) {
+  QmvMmaAcc acc = {{{0.f, 0.f}, {0.f, 0.f}}};
+  const int lane = g * 4 + t;
+  const long long k0 = (long long)s_begin * kQmvMmaStage, k1 = (long long)s_end * kQmvMmaStage;
+#pragma unroll 1
+  for (int i = 0; i < 16; ++i) {
+    const long long n = n0 + i < a.n ? n0 + i : a.n - 1;
+    const uint32_t* w = q.w + n * a.w_row;
+#pragma unroll 1
+    for (int m = 0; m < (int)a.m; ++m) {
+      const T* x = q.x + m * a.x_row;
+      float sum = 0.0f;
+#pragma unroll 1
+      for (long long k = k0 + lane; k < k1; k += kMmaWave) {
+        const float s = (float)widen(q.s[n * a.s_row + k / G]), b = (float)widen(q.b[n * a.b_row + k / G]);
+        sum += (float)widen(x[k]) * affine_weight(s, u16_to_float((w[k / 8] >> (4 * (k % 8))) & 15u), b);
+      }
+      sum = wave_reduce<kMmaWave>(sum, [](float p, float o) { return p + o; });
+      if ((i & 7) == g && (m >> 1) == t) acc.v[i >> 3][m & 1] += sum;
+    }
+  }
+  return acc;
+}
+#endif  // MLXA_MMA_SYNC
+
+template <typename T, int G>
+MLXA_DEVICE void qmv_mma(const QmvArgs& a) {
+#if !MLXA_MMA_SYNC
+  trap();   // the launcher takes this kernel only where the target has mma.sync
+#else
+  const int lane = (int)threadIdx.x % kMmaWave, wave = (int)threadIdx.x / kMmaWave;
+  const int g = lane >> 2, t = lane & 3;
+  const int ks = a.ksplit, part = wave % ks;
+  const long long n0 = ((long long)blockIdx.x * (kQmvMmaWaves / ks) + wave / ks) * 16;
+  const long long N = a.n;
+  const int M = (int)a.m;
+  const int stages = (int)(a.k / kQmvMmaStage), per = (stages + ks - 1) / ks;
+  const int s_begin = part * per, s_end = min(s_begin + per, stages);
+  __shared__ float red[kQmvMmaWaves][16][8];
+  for (long long b = blockIdx.y; b < a.batch; b += gridDim.y) {
+    const QmvBatch<T, T> q = qmv_batch<T, T, true>(a, b);
+    const long long r0 = min(n0 + g, N - 1), r1 = min(n0 + g + 8, N - 1);
+    QmvMmaRows<T> r{q.w + r0 * a.w_row, q.w + r1 * a.w_row,
+                    (const unsigned short*)(q.s + r0 * a.s_row), (const unsigned short*)(q.s + r1 * a.s_row),
+                    (const unsigned short*)(q.b + r0 * a.b_row), (const unsigned short*)(q.b + r1 * a.b_row),
+                    q.x + (g < M ? g : 0) * a.x_row, q.x, g, t, M};
+    // vector loads (w: G / 8 bytes, x: 16, a stage's scales: 512 / G) where strides (plan)
+    // and base addresses allow
+    const bool vec = a.w_vec && a.x_vec && aligned(q.w, G / 8) && aligned(q.x, 16) && aligned(q.s, 512 / G) &&
+                     aligned(q.b, 512 / G);
+    float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+    const bool bad = vec ? qmv_mma_rows<T, G>(acc, r, s_begin, s_end) : true;
+    if (ballot(bad)) {
+      const QmvMmaAcc o = qmv_mma_mlx_order<T, G>(a, q, n0, s_begin, s_end, g, t);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) acc[i][c] = o.v[i][c];
+    }
+    if (ks > 1) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) red[wave][g + 8 * i][2 * t + c] = acc[i][c];
+      sync_block();
+      if (part == 0) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int c = 0; c < 2; ++c)
+            for (int j = 1; j < ks; ++j) acc[i][c] += red[wave + j][g + 8 * i][2 * t + c];
+      }
+      sync_block();   // red is reused by the next batch
+    }
+    if (part == 0) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const long long n = n0 + g + 8 * i;
+          const int m = 2 * t + c;
+          if (n < N && m < M) ((T*)a.out)[(b * M + m) * N + n] = cast<T>(acc[i][c]);
+        }
+    }
+  }
+#endif
 }
 
 template <typename T, int B, int Mode>
@@ -474,6 +782,8 @@ MLXA_DEVICE void from_fp8(const Fp8Args& a) {
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::q::kQmvWaves * W) name(QmvArgs a) { \
     MLXA_WAVE_KERNEL_BODY(W, mlxa::q::qmv<T, B, MODE, W>(a))                    \
   }
+#define MLXA_QMV_MMA(name, T, G)                                                           \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::q::kQmvMmaThreads) name(QmvArgs a) { mlxa::q::qmv_mma<T, G>(a); }
 #define MLXA_QDEQUANT(name, T, B, MODE) \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::q::kBlock) name(DequantArgs a) { mlxa::q::dequant<T, B, MODE>(a); }
 #define MLXA_QUANTIZE(name, T, B) \

@@ -73,6 +73,66 @@ def usable(family: str, device, dtype: str, selftest) -> bool:
     return v
 
 
+def to16(x, dtype: str):
+    """float array -> the 16-bit patterns of ``dtype`` (bfloat16 rounded to nearest even)."""
+    import numpy as np
+    if dtype == "float16":
+        return x.astype(np.float16).view(np.uint16)
+    b = x.astype(np.float32).view(np.uint32)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from16(u, dtype: str):
+    """16-bit patterns of ``dtype`` -> float32."""
+    import numpy as np
+    if dtype == "float16":
+        return u.view(np.float16).astype(np.float32)
+    return (u.astype(np.uint32) << 16).view(np.float32)
+
+
+def compare_twins(rt, inputs, steps: dict, pointers, out_elems: int, dtype: str, tol: float, perturb=None,
+                  what: str = "") -> tuple:
+    """The self-tests' common part, on rt's device: upload ``inputs`` (numpy arrays), run the
+    matrix-unit launch ``steps["mma"]`` and its portable twin ``steps["twin"]``, each into an
+    output of ``out_elems`` values of 16-bit ``dtype`` (NaN until written; ``pointers(in_ptrs,
+    out_ptr)`` gives a launch's pointer tuple), and compare them: (ok, why). ``perturb``
+    (tests) is applied to the matrix-unit result first."""
+    import numpy as np
+
+    from . import launch as launch_mod
+
+    drv = rt.driver
+    ptrs, res = [], {}
+    try:
+        for b in inputs:
+            ptr = drv.malloc(b.nbytes)
+            ptrs.append(ptr)
+            drv.memcpy_htod(ptr, b.ctypes.data, b.nbytes)
+        ins = tuple(ptrs)
+        for name in ("mma", "twin"):
+            o = drv.malloc(out_elems * 2)
+            ptrs.append(o)
+            drv.memset(o, 0xFF, out_elems * 2)
+            launch_mod.run(steps[name], rt.modules, drv, pointers(ins, o))
+            drv.synchronize()
+            h = np.empty(out_elems, np.uint16)
+            drv.memcpy_dtoh(h.ctypes.data, o, h.nbytes)
+            res[name] = from16(h, dtype)
+    finally:
+        drv.synchronize()
+        for ptr in ptrs:
+            drv.free(ptr)
+    got, ref = res["mma"], res["twin"]
+    if perturb is not None:
+        got = perturb(got)
+    if not np.all(np.isfinite(got)) or not np.all(np.isfinite(ref)):
+        return False, f"{what}: non-finite values"
+    err = float(np.max(np.abs(got - ref)))
+    if err > tol:
+        return False, f"{what}: max difference {err:.3g} > {tol}"
+    return True, ""
+
+
 def verdicts() -> dict:
     """The self-test results so far, {(family, arch, dtype): ok} (mlx-amd info, tests)."""
     return dict(_verdicts)

@@ -65,16 +65,141 @@ def check_qmm(x, q, gs, bits, mode="affine", transpose=True, what=""):
               rtol=rt, atol=at, what=what)
 
 
+@pytest.fixture(params=["auto", "0"], ids=["units", "portable"])
+def units(request, monkeypatch, gpu_runtime):
+    """4-bit affine products of 16-bit x through the matrix-unit qmv (where the device has
+    one: mma.sync here) and through the portable qmv; plans, recordings and the self-test's
+    verdicts are dropped around the test."""
+    from mlx_amd.runtime import matrix_units
+    monkeypatch.setenv("MLX_AMD_MATRIX_UNITS", request.param)
+    ev = gpu_runtime.evaluator
+
+    def fresh():
+        matrix_units.forget()
+        ev.plans.clear()
+        ev.drop_programs()
+
+    fresh()
+    yield request.param
+    fresh()
+
+
+def qmv_kernel(rt, dt, gs, bits, M, N, K):
+    """The kernel the quantized planner picks on this device for x (M, K) @ W (N, K)^T."""
+    from mlx_amd.runtime.ops import quantized as Q
+    from mlx_amd.runtime.plan import Layout, Node
+    R = Layout.row_major
+    ins = (R((M, K), dt), R((N, K * bits // 32), "uint32"), R((N, K // gs), dt), R((N, K // gs), dt))
+    plan = Q.plan_node(Node("QuantizedMatmul", (gs, bits, 0, True), ins, (R((M, N), dt),)), rt.props)
+    return plan.steps[-1].kernel
+
+
+def expect_units(rt, units, wave, dt, gs, bits, M, N, K):
+    """The matrix-unit qmv serves exactly the cases it claims, on a device that has it."""
+    from mlx_amd.runtime import matrix_units
+    dtn = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[dt]
+    name = qmv_kernel(rt, dtn, gs, bits, M, N, K)
+    claims = (units == "auto" and wave == 32 and bits == 4 and dtn != "float32" and K % 256 == 0 and M >= 2
+              and matrix_units.backend(rt.props, dtn) == "mma_sync")
+    assert ("qmv_mma" in name) == claims, name
+
+
 # --- the LLM case: affine 4/8-bit, x @ W.T ------------------------------------------------
 
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("gs", [32, 64, 128])
 @pytest.mark.parametrize("M", [1, 3, 8])
-def test_qmv_affine(gpu_runtime, wave, dt, bits, gs, M):
+def test_qmv_affine(gpu_runtime, wave, units, dt, bits, gs, M):
     N, K = 70, 512               # N: not a multiple of the 16 rows of a block
+    expect_units(gpu_runtime, units, wave, dt, gs, bits, M, N, K)
     q = make((N, K), gs, bits, dtype=DT[dt])
     check_qmm(xs((M, K), DT[dt]), q, gs, bits, what=f"qmv {bits}b g{gs} {dt} M={M}")
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+@pytest.mark.parametrize("N,K,M", [(4096, 4096, 2), (1024, 4096, 2), (300, 14336, 3), (17, 256, 8), (2048, 768, 2),
+                                   (4096, 4096, 1)])
+def test_qmv_mma_shapes(gpu_runtime, units, dt, N, K, M):
+    """LLM shapes and odd ones through both kernels: k split over 1, 2 and 4 waves, a
+    single partial tile, an odd number of stages (one row of x: qmv either way)."""
+    expect_units(gpu_runtime, units, 32, dt, 64, 4, M, N, K)
+    q = make((N, K), 64, 4, dtype=DT[dt], seed=N)
+    check_qmm(xs((M, K), DT[dt], seed=K), q, 64, 4, what=f"qmv {dt} {N}x{K} M={M}")
+
+
+@pytest.mark.parametrize("kind", ["x_base", "scale_base"])
+def test_qmv_mma_unaligned_bases(gpu_runtime, units, kind):
+    """Strides the plan accepts but base addresses off the vector alignment (views at odd
+    offsets): the kernel's slow path, MLX's order of operations."""
+    K, N = 512, 48
+    w, s, b = make((N, K), 64, 4, dtype=mx.bfloat16)
+    if kind == "x_base":
+        x = xs((2, K + 8), mx.bfloat16)[:, 1:K + 1]      # rows 16-byte apart, base 2 bytes off
+    else:
+        x = xs((2, K), mx.bfloat16)
+        big = mx.pad(s, ((0, 0), (1, 7)))                  # rows of 16 scales, 32 bytes apart
+        mx.eval(big)
+        s = big[:, 1:9]                                    # a view 2 bytes past an aligned base
+    check_qmm(x, (w, s, b), 64, 4, what=kind)
+
+
+def test_qmv_mma_infinite_x(gpu_runtime, units):
+    """An infinite x: MLX multiplies it by each dequantized weight (+-inf, never the NaN of
+    inf * q where q == 0); the tile is redone in MLX's order."""
+    q = make((40, 256), 64, 4, dtype=mx.bfloat16)
+    x = xs((3, 256), mx.bfloat16)
+    x = mx.where((mx.arange(256) == 70) & (mx.arange(3)[:, None] == 1), mx.array(float("inf"), mx.bfloat16), x)
+    check_qmm(x, q, 64, 4, what="inf in x")
+
+
+@pytest.mark.parametrize("units", ["auto"], indirect=True)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_qmv_mma_selftest(gpu_runtime, units, dtype):
+    """The first-use self-test of the matrix-unit qmv against the portable one passes here."""
+    from mlx_amd.runtime import matrix_units
+    from mlx_amd.runtime.ops import quantized as Q
+    if matrix_units.backend(gpu_runtime.props, dtype) != "mma_sync":
+        pytest.skip(f"the matrix-unit qmv needs mma.sync, not on {gpu_runtime.props.arch}")
+    ok, why = Q.qmv_mma_selftest(gpu_runtime, dtype)
+    assert ok, why
+    assert "qmv_mma" in qmv_kernel(gpu_runtime, dtype, 64, 4, 2, 64, 512)
+    assert matrix_units.verdicts() == {("quantized", gpu_runtime.props.arch, dtype): True}
+
+
+@pytest.mark.parametrize("units", ["auto"], indirect=True)
+def test_qmv_mma_selftest_mismatch_uses_the_twin(gpu_runtime, units, monkeypatch):
+    """A matrix-unit result that differs from the twin's: one warning, the twin serves, the
+    results stay right."""
+    from mlx_amd.runtime import matrix_units
+    from mlx_amd.runtime.ops import quantized as Q
+    if matrix_units.backend(gpu_runtime.props, "bfloat16") != "mma_sync":
+        pytest.skip(f"the matrix-unit qmv needs mma.sync, not on {gpu_runtime.props.arch}")
+    monkeypatch.setattr(Q, "SELFTEST_PERTURB", lambda g: g * 1.5)
+    q = make((64, 512), 64, 4, dtype=mx.bfloat16)
+    with pytest.warns(RuntimeWarning, match="differ from their portable twins"):
+        check_qmm(xs((2, 512), mx.bfloat16), q, 64, 4, what="twin after a failed self-test")
+    assert "qmv_mma" not in qmv_kernel(gpu_runtime, "bfloat16", 64, 4, 2, 64, 512)
+    assert matrix_units.verdicts()[("quantized", gpu_runtime.props.arch, "bfloat16")] is False
+
+
+def test_gather_qmm_mma(gpu_runtime, units):
+    """GatherQMM of 4-bit experts with bfloat16 x (a mixture of experts' decode) through both
+    kernels: the batch prologue picks each output batch's expert."""
+    E, N, K, T, k = 4, 40, 256, 6, 2
+    q = make((E, N, K), 64, 4, dtype=mx.bfloat16)
+    idx = mx.array(np.random.default_rng(6).integers(0, E, (T, k)).astype(np.uint32))
+    x = xs((T, 1, 2, K), mx.bfloat16)                  # two rows a token: qmv_mma's case
+
+    def f(x, i, w, s, b):
+        return mx.gather_qmm(x, w, s, b, rhs_indices=i, transpose=True, group_size=64, bits=4)
+
+    def ref(x, i, w, s, b):
+        d = mx.dequantize(w, s.astype(F32), b.astype(F32), group_size=64, bits=4, dtype=F32)[i]
+        return (x.astype(F32) @ mx.swapaxes(d, -1, -2)).astype(x.dtype)
+
+    rt, at = TOL[mx.bfloat16]
+    check_gpu(f, x, idx, *q, prims=("GatherQMM",), ref_fn=ref, rtol=rt, atol=at, what="gather mma")
 
 
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])

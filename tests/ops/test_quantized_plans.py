@@ -50,7 +50,7 @@ def test_arg_structs_match_header(tmp_path):
 
 def test_kernel_table_is_lean_and_names_planned_kernels():
     names = set(kt.kernel_names("quantized"))
-    assert len(names) == 9 * 3 * 2 + 9 * 3 + 6 * 3 + 2 * 3
+    assert len(names) == 9 * 3 * 2 + 9 * 3 + 6 * 3 + 2 * 3 + 2 * 3   # + qmv_mma: 2 dtypes x 3 groups
     for fmt in kt.table("quantized").FORMATS:
         for dt in Q.DTYPES:
             assert kt.table("quantized").qmv_name(kt, fmt, dt, 64) in names
@@ -139,7 +139,11 @@ def run_qmv(lau, fmt, mem):
     arr = [f[25 + 4 * i: 29 + 4 * i] for i in range(9)]
     out_shape, lhs_str, rhs_str, x_shape, x_str, w_shape, w_str, s_str, b_str = arr
     (X, xo), (W, wo), (S, so), (B, bo), (L, lo), (R, ro), (O, oo) = [mem.get(r) for r in lau.refs]
-    assert ks in (1, 2, 4) and lau.grid[0] == -(-n // (Q.QMV_WAVES // ks * Q.QMV_ROWS)) * m
+    if "qmv_mma" in lau.kernel:    # 16 rows a wave, 4 // ks tiles a block, all rows of x at once
+        assert fmt.mode == 0 and fmt.bits == 4 and k % kt.table("quantized").QMV_MMA_STAGE == 0
+        assert ks in (1, 2, 4) and lau.grid[0] == -(-n // (Q.QMV_MMA_WAVES // ks * 16)) and lau.block[0] == 128
+    else:
+        assert ks in (1, 2, 4) and lau.grid[0] == -(-n // (Q.QMV_WAVES // ks * Q.QMV_ROWS)) * m
     for b in range(batch):
         xi, wi = b, b
         if gather:
@@ -239,6 +243,81 @@ def test_qmv_plan_model(mode, bits, gs, M):
     out_buf = np.full(M * N, np.nan)
     run_qmv(plan.steps[0], Q.fmt_for(gs, bits, m), Mem(bufs + [bufs[0], bufs[0]], [out_buf]))
     np.testing.assert_allclose(out_buf.reshape(M, N), _ref_qmm(x, deq, True), rtol=1e-5, atol=1e-4)
+
+
+def _qmv_mma_case(dt, gs, M, N=40, K=512, dev=None, s_pad=0):
+    """A 4-bit QuantizedMatmul node of 16-bit x (the values float32 in the model's buffers)
+    and its plan; ``s_pad`` pads the rows of scales and biases by that many elements."""
+    wq, sc, bi = quantized((N, K), gs, 4, "affine", seed=gs + M)
+    rng = np.random.default_rng(M)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    sc_np, bi_np = np_of(sc), np_of(bi)
+    if s_pad:
+        sc_np = np.pad(sc_np, ((0, 0), (0, s_pad)))[:, : K // gs]
+        bi_np = np.pad(bi_np, ((0, 0), (0, s_pad)))[:, : K // gs]
+    node, bufs = _qmm_node(x, dt, np.array(wq), sc_np, bi_np, gs, 4, 0, True, (M, N))
+    deq = np_of(mx.dequantize(wq, sc, bi, group_size=gs, bits=4))
+    return Q.plan_node(node, dev or Dev()), bufs, x, deq
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("gs", [32, 64, 128])
+@pytest.mark.parametrize("M", [2, 3, 8])
+def test_qmv_mma_plan_model(dt, gs, M):
+    """4-bit affine w with 2-8 rows of 16-bit x on a device with mma.sync: the matrix-unit
+    kernel, every row of x in one launch, and the model of its arguments gives the product."""
+    plan, bufs, x, deq = _qmv_mma_case(dt, gs, M)
+    assert [st.kernel for st in plan.steps] == [f"quantized_qmv_mma_a4_g{gs}_{dt}_{dt}"]
+    out_buf = np.full(M * 40, np.nan)
+    run_qmv(plan.steps[0], Q.fmt_for(gs, 4, 0), Mem(bufs + [bufs[0], bufs[0]], [out_buf]))
+    np.testing.assert_allclose(out_buf.reshape(M, 40), _ref_qmm(x, deq, True), rtol=1e-5, atol=1e-4)
+
+
+class AmdDev(Dev):
+    arch = "gfx1100"
+
+
+class Wave64(Dev):
+    wave_size = 64
+
+
+@pytest.mark.parametrize("why", ["one_row", "k", "float32", "amd", "wave64", "scale_rows", "switched_off"])
+def test_qmv_mma_only_where_it_serves(why, monkeypatch):
+    """The portable qmv serves everything else: one row of x (the decode step: slower on
+    the matrix unit, see _qmv_mma_serves), k not a whole number of 256-value stages, float32
+    x, an AMD device (no qmv_mma backend written), a 64-wide wave, scale rows not aligned
+    for its loads, MLX_AMD_MATRIX_UNITS=0."""
+    kw = {}
+    dt = "bfloat16"
+    M = 2
+    if why == "one_row":
+        M = 1
+    elif why == "k":
+        kw["K"] = 320
+    elif why == "float32":
+        dt = "float32"
+    elif why == "amd":
+        kw["dev"] = AmdDev()
+    elif why == "wave64":
+        kw["dev"] = Wave64()
+    elif why == "scale_rows":
+        kw["s_pad"] = 3
+    else:
+        monkeypatch.setenv("MLX_AMD_MATRIX_UNITS", "0")
+    plan, bufs, x, deq = _qmv_mma_case(dt, 64, M, **kw)
+    assert len(plan.steps) == 1 and "qmv_mma" not in plan.steps[0].kernel
+    out_buf = np.full(M * 40, np.nan)
+    run_qmv(plan.steps[0], Q.fmt_for(64, 4, 0), Mem(bufs + [bufs[0], bufs[0]], [out_buf]))
+    np.testing.assert_allclose(out_buf.reshape(M, 40), _ref_qmm(x, deq, True), rtol=1e-5, atol=1e-4)
+
+
+def test_qmv_mma_ksplit():
+    dev = Dev()
+    assert Q.qmv_mma_ksplit(14336, 1, 4096 // 256, dev) == 1      # 896 tiles: ~6 waves per CU already
+    assert Q.qmv_mma_ksplit(4096, 1, 14336 // 256, dev) == 4      # 256 tiles
+    assert Q.qmv_mma_ksplit(4096, 1, 4096 // 256, dev) == 4
+    assert Q.qmv_mma_ksplit(4096, 4, 4096 // 256, dev) == 1       # 4 batches: 1024 tiles
+    assert Q.qmv_mma_ksplit(2048, 1, 512 // 256, dev) == 1        # two stages: no split
 
 
 def test_qmv_batched_broadcast_and_strided_x():

@@ -3,6 +3,8 @@
 Formats are (name, MLX mode id, bits): affine with 2, 3, 4, 5, 6, 8 bits, mxfp4, mxfp8,
 nvfp4. Names:
   quantized_qmv_<fmt>_<dt>_<dt>_w<32|64>   decode matmul (rows of x <= 8)
+  quantized_qmv_mma_a4_g<gs>_<dt>           the same on the matrix unit (4-bit affine, 16-bit x;
+                                            mma.sync on NVIDIA only: elsewhere its body traps)
   quantized_dequant_<fmt>_<dt>_<dt>               packed w -> dtype
   quantized_quantize_a<bits>_<dt>_<dt>            affine quantization
   quantized_fp8_to_<dt>_uint8 / quantized_fp8_from_uint8_<dt>   fast::ConvertFP8
@@ -14,6 +16,10 @@ QMV_MAX_M = 8           # rows of x the decode kernel takes (one block per row a
 QMV_WAVES = 4           # mlxa::q::kQmvWaves
 QMV_ROWS = 4            # mlxa::q::kQmvRows
 BLOCK = 256             # mlxa::q::kBlock
+QMV_MMA_WAVES = 4       # mlxa::q::kQmvMmaWaves
+QMV_MMA_STAGE = 256     # mlxa::q::kQmvMmaStage (k per stage: K must be a multiple)
+QMV_MMA_DTYPES = ("float16", "bfloat16")
+QMV_MMA_GROUPS = (32, 64, 128)
 AFFINE_BITS = (2, 3, 4, 5, 6, 8)
 MODES = {"affine": 0, "mxfp4": 1, "mxfp8": 2, "nvfp4": 3}
 # fmt name -> (mode id, bits, values per chunk)
@@ -30,6 +36,10 @@ def fmt_name(mode: int, bits: int):
 
 def qmv_name(kt, fmt, dt, wave):
     return kt.kernel_name("quantized", "qmv", fmt, dt, dt) + f"_w{wave}"
+
+
+def qmv_mma_name(kt, dt, gs):
+    return kt.kernel_name("quantized", "qmv_mma", f"a4_g{int(gs)}", dt, dt)
 
 
 def dequant_name(kt, fmt, dt):
@@ -54,6 +64,10 @@ def entries(kt):
                 yield n, f"MLXA_QMV({n}, {ct}, {bits}, {mode}, {w})"
             n = dequant_name(kt, fmt, dt)
             yield n, f"MLXA_QDEQUANT({n}, {ct}, {bits}, {mode})"
+    for dt in QMV_MMA_DTYPES:
+        for gs in QMV_MMA_GROUPS:
+            n = qmv_mma_name(kt, dt, gs)
+            yield n, f"MLXA_QMV_MMA({n}, {kt.CTYPES[dt]}, {gs})"
     for bits in AFFINE_BITS:
         for dt in DTYPES:
             n = quantize_name(kt, bits, dt)

@@ -9,7 +9,11 @@ and 2 mxfp8 (e8m0 scale bytes, groups of 32), 3 nvfp4 (e4m3 scale bytes, groups 
 
 * decode (transpose, M <= 8 rows of x): the qmv kernel streams w once, dequantizes in
   registers and accumulates in float32; GatherQMM is the same kernel with its uint32
-  index arrays choosing x's and w's batch per output batch.
+  index arrays choosing x's and w's batch per output batch. For 4-bit affine w and 16-bit
+  x and 2-8 rows of x (speculative or batched decode), qmv_mma does the same products on
+  the matrix unit where the device has one that passed its first-use self-test against qmv
+  (``matrix_units``; mma.sync on NVIDIA: the AMD backends of this kernel are not written
+  yet, so AMD GPUs take qmv).
 * prefill (M > 8) and transpose=False: w is dequantized into a temporary of x's dtype
   (its broadcast batch dimensions stay broadcast), then the matmul family plans the GEMM
   on a synthetic Matmul node whose refs are renumbered onto ours.
@@ -27,9 +31,11 @@ dimensions after collapsing.
 from __future__ import annotations
 
 import dataclasses
+import math
 import struct
 
 from .. import kernel_table as kt
+from .. import matrix_units
 from ..launch import Launch
 from ..plan import Layout, Memset, Plan, embed, inp, ksplit, out, tmp, wave_width
 from . import copy as copy_family
@@ -46,6 +52,7 @@ QBATCH = 4                  # MLXA_QBATCH
 QMV_MAX_M = 8
 QMV_WAVES = 4               # mlxa::q::kQmvWaves
 QMV_ROWS = 4                # mlxa::q::kQmvRows
+QMV_MMA_WAVES = 4           # mlxa::q::kQmvMmaWaves
 BLOCK = 256                 # mlxa::q::kBlock
 GRID_Y = 65535
 _U31 = 2**31 - 1
@@ -224,8 +231,9 @@ def _problem(node, gather: bool):
 # ---- decode: the qmv kernel -----------------------------------------------------------
 
 def _qmv_launch(p: Problem, device, x: Layout, x_ref, out_batch, x_batch, x_bstr, w_batch, w_bstrs,
-                gather=None):
-    """One qmv launch. ``gather``: (lhs strides, rhs strides) over ``out_batch``."""
+                gather=None, force_mma=None):
+    """One qmv launch (qmv_mma where it serves). ``gather``: (lhs strides, rhs strides) over
+    ``out_batch``; ``force_mma``: the self-test's choice of kernel."""
     f, M, N, K = p.fmt, p.M, p.N, p.K
     dt = x.dtype
     isz = ITEM[dt]
@@ -243,13 +251,17 @@ def _qmv_launch(p: Problem, device, x: Layout, x_ref, out_batch, x_batch, x_bstr
     w_row, s_row, b_row = _row_stride(p.w), _row_stride(p.s), _row_stride(p.b)
     x_vec = (x_row * isz) % 16 == 0 and all((s * isz) % 16 == 0 for s in x_bstr)
     w_vec = (w_row * 4) % f.align == 0 and all((s * 4) % f.align == 0 for s in w_bstrs[0])
-    ks = qmv_ksplit(N, M * batch, K // f.cv, device)
-    row_blocks = -(-N // (QMV_WAVES // ks * QMV_ROWS))
-    grid_x = row_blocks * M
-    if grid_x > _U31:
-        return None
     W = wave_width(device)
     lhs_str, rhs_str = gather if gather is not None else ((), ())
+    mma = _qmv_mma_serves(p, device, dt, W, x_vec, w_vec, x_bstr, w_bstrs) if force_mma is None else force_mma
+    if mma:
+        ks = qmv_mma_ksplit(N, batch, K // _table().QMV_MMA_STAGE, device)
+        grid_x = -(-N // (QMV_MMA_WAVES // ks * 16))
+    else:
+        ks = qmv_ksplit(N, M * batch, K // f.cv, device)
+        grid_x = -(-N // (QMV_WAVES // ks * QMV_ROWS)) * M
+    if grid_x > _U31:
+        return None
     tail = qmv_tail(M, N, K, batch, x_row, w_row, s_row, b_row, x_count, w_count, f.shift,
                     out_batch, lhs_str, rhs_str, x_batch, x_bstr, w_batch, *w_bstrs,
                     x_vec, w_vec, gather is not None, ks)
@@ -257,6 +269,9 @@ def _qmv_launch(p: Problem, device, x: Layout, x_ref, out_batch, x_batch, x_bstr
     b_ref = inp(3) if f.affine else inp(2)
     lhs_ref, rhs_ref = (inp(n_in), inp(n_in + 1)) if gather is not None else (x_ref, x_ref)
     refs = (x_ref, inp(1), inp(2), b_ref, lhs_ref, rhs_ref, out(0))
+    if mma:
+        name = _table().qmv_mma_name(kt, dt, f.gs)
+        return Launch(FAMILY, name, (grid_x, min(batch, GRID_Y), 1), (QMV_MMA_WAVES * 32, 1, 1), 0, 7, tail, refs)
     name = _table().qmv_name(kt, f.name, dt, W)
     return Launch(FAMILY, name, (grid_x, min(batch, GRID_Y), 1), (QMV_WAVES * W, 1, 1), 0, 7, tail, refs)
 
@@ -265,6 +280,79 @@ def qmv_ksplit(rows, row_sets, chunks, device) -> int:
     """Waves per row group (plan.ksplit over chunks of k; about 12 waves per compute unit:
     the kernel's registers allow ~16 resident)."""
     return ksplit(-(-rows // QMV_ROWS) * row_sets, chunks, device, QMV_WAVES, per_cu=12)
+
+
+def qmv_mma_ksplit(rows, batch, stages, device) -> int:
+    """Waves of qmv_mma per 16-row tile, each over a share of the stages of k: the smallest
+    of 1, 2, 4 that gives about 6 waves per compute unit while each wave keeps two stages
+    (tools/qmv_mma.cu on the H200: 1 for 14336 rows, 4 for 4096 rows of 4096 or 14336)."""
+    target = max(1, int(getattr(device, "compute_units", 1) or 1)) * 6
+    tiles = -(-rows // 16) * batch
+    ks = 1
+    while ks < QMV_MMA_WAVES and tiles * ks < target and stages >= 4 * ks:
+        ks *= 2
+    return ks
+
+
+def _qmv_mma_serves(p: Problem, device, dt, W, x_vec, w_vec, x_bstr, w_bstrs) -> bool:
+    """qmv_mma takes the product: 2-8 rows of x (one row stays on qmv: in mlx-lm's decode of
+    a llama-8b-shaped 4-bit model qmv_mma made the step slower, 181 against 232 tok/s in one
+    lease, benchmarks/results/qmv_matrix_unit-h200.txt; at 4 rows it is 2.5x qmv, which reads
+    w once per row), 4-bit affine w in groups of 32/64/128, 16-bit x, k a whole number of
+    stages, rows and batches aligned for its vector loads (x 16 bytes, a stage's scales and
+    biases 512 / group bytes; a base address off that takes its slow, exact path), a 32-wide
+    wave, and a matrix unit that passed its self-test here."""
+    t = _table()
+    f = p.fmt
+    if p.M < 2 or not (f.affine and f.bits == 4 and f.gs in t.QMV_MMA_GROUPS and dt in t.QMV_MMA_DTYPES):
+        return False
+    if p.K % t.QMV_MMA_STAGE or W != 32 or not (x_vec and w_vec):
+        return False
+    if matrix_units.backend(device, dt) != "mma_sync":
+        return False
+    sb = 512 // f.gs
+    for row, bstr in ((_row_stride(p.s), w_bstrs[1]), (_row_stride(p.b), w_bstrs[2])):
+        if (row * 2) % sb or any((st * 2) % sb for st in bstr):
+            return False
+    return matrix_units.usable(FAMILY, device, dt, qmv_mma_selftest)
+
+
+# The self-test of qmv_mma (matrix_units.usable): every group size, 3 rows of x, 40 rows of w
+# (a partial tile) and 2 stages of k, against qmv on the same packed weights. The tolerance
+# is far below a wrong lane layout's errors (the outputs' own size, ~1) and above the two
+# kernels' different sums rounded to 16 bits.
+SELFTEST_SHAPE = (3, 40, 512)          # M, N, K
+SELFTEST_TOL = {"float16": 1e-2, "bfloat16": 5e-2}
+SELFTEST_PERTURB = None                # tests: a function applied to the matrix-unit result
+
+
+def qmv_mma_selftest(rt, dt: str) -> tuple:
+    """(ok, why): qmv_mma against qmv for each group size, on rt's device."""
+    import numpy as np
+
+    t = _table()
+    M, N, K = SELFTEST_SHAPE
+    rng = np.random.default_rng(4321)
+    for gs in t.QMV_MMA_GROUPS:
+        f = fmt_for(gs, 4, 0)
+        G = K // gs
+        x = rng.standard_normal((M, K)).astype(np.float32) / math.sqrt(K)
+        w = rng.integers(0, 2**32, (N, K // 8), dtype=np.uint64).astype(np.uint32)
+        sc = (rng.standard_normal((N, G)) * 0.05).astype(np.float32)
+        bi = (rng.standard_normal((N, G)) * 0.2).astype(np.float32)
+        host = [matrix_units.to16(x, dt), w, matrix_units.to16(sc, dt), matrix_units.to16(bi, dt)]
+        lays = (Layout.row_major((M, K), dt), Layout.row_major((N, K // 8), "uint32"),
+                Layout.row_major((N, G), dt), Layout.row_major((N, G), dt))
+        o = Layout.row_major((M, N), dt)
+        p = Problem(f, *lays, o, M, N, K, True)
+        shape = ()
+        args = (p, rt.props, lays[0], inp(0), shape, shape, (), shape, ((), (), ()))
+        steps = {"mma": _qmv_launch(*args, force_mma=True), "twin": _qmv_launch(*args, force_mma=False)}
+        ok, why = matrix_units.compare_twins(rt, host, steps, lambda i, out: (i[0], i[1], i[2], i[3], i[0], i[0], out),
+                                             o.size, dt, SELFTEST_TOL[dt], SELFTEST_PERTURB, f"group {gs}")
+        if not ok:
+            return ok, why
+    return True, ""
 
 
 def _prepare_x(p: Problem, device, temps: list, steps: list):

@@ -404,35 +404,18 @@ SELFTEST_TOL = {"float16": 1e-2, "bfloat16": 4e-2}
 SELFTEST_PERTURB = None                # tests: a function applied to the matrix-unit result
 
 
-def _to16(x, dt):
-    import numpy as np
-    if dt == "float16":
-        return x.astype(np.float16).view(np.uint16)
-    b = x.astype(np.float32).view(np.uint32)
-    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def _from16(u, dt):
-    import numpy as np
-    if dt == "float16":
-        return u.view(np.float16).astype(np.float32)
-    return (u.astype(np.uint32) << 16).view(np.float32)
-
-
 def mma_selftest(rt, dt: str) -> tuple:
     """(ok, why): every matrix-unit flash kernel of ``dt`` against the portable twin on the
     same inputs, on rt's device."""
     import numpy as np
 
-    from .. import launch as launch_mod
-
-    drv, dev = rt.driver, rt.props
+    dev = rt.props
     B, Hq, Hkv, Lq, Lk = SELFTEST_SHAPE
     t = kt.table(FAMILY)
     rng = np.random.default_rng(1234)
     for D in t.MMA_HEAD_DIMS:
         ins = [rng.standard_normal(s).astype(np.float32) for s in ((B, Hq, Lq, D), (B, Hkv, Lk, D), (B, Hkv, Lk, D))]
-        bufs = [_to16(x, dt) for x in ins]
+        bufs = [matrix_units.to16(x, dt) for x in ins]
         lays = tuple(Layout.row_major(x.shape, dt) for x in ins)
         ol = Layout.row_major((B, Hq, Lq, D), dt)
         node = Node("mlx_amd::SDPA", (1.0 / math.sqrt(D), "causal", False), lays, (ol,))
@@ -441,33 +424,10 @@ def mma_selftest(rt, dt: str) -> tuple:
         block = t.flash_mma_block(matrix_units.backend(dev, dt))
         steps = {"mma": _flash_launch(node, p, t.flash_mma(dt, D), t.flash_mma_rows(), block),
                  "twin": _flash_launch(node, p, t.flash(dt, D), 16 * cfg[0], FLASH_BLOCK)}
-        ptrs, res = [], {}
-        try:
-            for b in bufs:
-                ptr = drv.malloc(b.nbytes)
-                ptrs.append(ptr)
-                drv.memcpy_htod(ptr, b.ctypes.data, b.nbytes)
-            for name, st in steps.items():
-                o = drv.malloc(ol.size * 2)
-                ptrs.append(o)
-                drv.memset(o, 0xFF, ol.size * 2)      # NaN until written
-                launch_mod.run(st, rt.modules, drv, (ptrs[0], ptrs[1], ptrs[2], ptrs[0], ptrs[0], o))
-                drv.synchronize()
-                h = np.empty(ol.size, np.uint16)
-                drv.memcpy_dtoh(h.ctypes.data, o, h.nbytes)
-                res[name] = _from16(h, dt)
-        finally:
-            drv.synchronize()
-            for ptr in ptrs:
-                drv.free(ptr)
-        got, ref = res["mma"], res["twin"]
-        if SELFTEST_PERTURB is not None:
-            got = SELFTEST_PERTURB(got)
-        if not np.all(np.isfinite(got)) or not np.all(np.isfinite(ref)):
-            return False, f"head dim {D}: non-finite values"
-        err = float(np.max(np.abs(got - ref)))
-        if err > SELFTEST_TOL[dt]:
-            return False, f"head dim {D}: max difference {err:.3g} > {SELFTEST_TOL[dt]}"
+        ok, why = matrix_units.compare_twins(rt, bufs, steps, lambda i, out: (i[0], i[1], i[2], i[0], i[0], out),
+                                             ol.size, dt, SELFTEST_TOL[dt], SELFTEST_PERTURB, f"head dim {D}")
+        if not ok:
+            return ok, why
     return True, ""
 
 
