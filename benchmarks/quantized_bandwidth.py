@@ -6,7 +6,9 @@ Decode rows (qmv, gather_qmm): the node's plan on resident inputs timed with dev
 events (Bench.time_node), in GB/s of the bytes that must move (packed weights, scales and
 biases once; x and the output are negligible and counted too), against the device copy
 roofline, plus the time of PyTorch's dense bf16 x @ W.T of the same shape (16-bit
-weights: what quantization saves). Prefill rows (dequantize + GEMM at M=512): TFLOP/s
+weights: what quantization saves). 4-bit affine rows of 2-8 rows of 16-bit x run on the
+matrix-unit qmv where the device has it (mma.sync here); each is also timed through the
+portable qmv (MLX_AMD_MATRIX_UNITS=0) in the same run. Prefill rows (dequantize + GEMM at M=512): TFLOP/s
 (2 M N K) against PyTorch's dense bf16 matmul. quantize: GB/s of the float weights read
 and the packed outputs written. Writes <out>/quantized_bandwidth-h200.json.
 """
@@ -35,6 +37,11 @@ DECODE = [
     ("qmv 3-bit g64 14336x4096 bf16", 1, 14336, 4096, 3, 64, "affine", "bf16"),
     ("qmv mxfp4 14336x4096 bf16", 1, 14336, 4096, 4, 32, "mxfp4", "bf16"),
     ("qmv 4-bit g64 14336x4096 bf16 M=4", 4, 14336, 4096, 4, 64, "affine", "bf16"),
+    ("qmv 4-bit g64 4096x4096 bf16 (8b q/o)", 1, 4096, 4096, 4, 64, "affine", "bf16"),
+    ("qmv 4-bit g64 1024x4096 bf16 (8b k/v)", 1, 1024, 4096, 4, 64, "affine", "bf16"),
+    ("qmv 4-bit g64 128256x4096 bf16 (8b head)", 1, 128256, 4096, 4, 64, "affine", "bf16"),
+    ("qmv 4-bit g64 8192x2048 bf16 (1b gate/up)", 1, 8192, 2048, 4, 64, "affine", "bf16"),
+    ("qmv 4-bit g64 2048x8192 bf16 (1b down)", 1, 2048, 8192, 4, 64, "affine", "bf16"),
 ]
 PREFILL = [("dequant+gemm 4-bit g64 512x14336x4096 bf16", 512, 14336, 4096, 4, 64, "affine", "bf16")]
 
@@ -81,6 +88,16 @@ def main():
         if M <= Q.QMV_MAX_M:
             moved = nbytes(x, *q) + M * N * x.itemsize
             b.row(name, moved / (ms * 1e-3) / 1e9, "GB/s", "copy roofline", b.roofline_gbps)
+            if M >= 2 and bits == 4 and mode == "affine" and K % 256 == 0:
+                os.environ["MLX_AMD_MATRIX_UNITS"] = "0"
+                try:
+                    pms = b.time_node(Q, "QuantizedMatmul", (gs, bits, MODES[mode], True), (x,) + tuple(q), [(M, N)],
+                                      [str(x.dtype).split(".")[-1]])
+                finally:
+                    del os.environ["MLX_AMD_MATRIX_UNITS"]
+                b.row(name + " portable qmv", moved / (pms * 1e-3) / 1e9, "GB/s", "copy roofline", b.roofline_gbps)
+                b.row(name + " time vs portable qmv", ms * 1e3, "us", "portable qmv", pms * 1e3,
+                      higher_is_better=False)
             if tms is not None:
                 b.row(name + " time vs PyTorch dense bf16", ms * 1e3, "us", "PyTorch dense bf16", tms * 1e3,
                       higher_is_better=False)
