@@ -64,3 +64,51 @@ def generate(model, prompt, max_tokens: int):
             first = time.perf_counter()
     end = time.perf_counter()
     return tokens, first - t0, end - first
+
+
+def lora_finetune(model, iters: int = 4, batch_size: int = 2, seq_len: int = 48, rank: int = 8,
+                  layers: int = 2, lr: float = 1e-3, seed: int = 0, adapter_file: str | None = None):
+    """LoRA fine-tuning with mlx-lm's own tuner: ``linear_to_lora_layers`` on the last ``layers``
+    blocks, then ``mlx_lm.tuner.trainer.train`` (its ``mx.compile``d step over model, optimizer
+    and random state, Adam, a validation pass at the first and last iteration, the adapter
+    weights saved) on one batch of seeded random token sequences, so the same model trains on
+    the same data whichever engine runs it. Returns (training loss per iteration, validation
+    losses, seconds per iteration, the trainable parameters after)."""
+    import os
+    import tempfile
+
+    import mlx.core as mx
+    import mlx.optimizers as optim
+    import numpy as np
+    from mlx.utils import tree_flatten
+    from mlx_lm.tuner.trainer import TrainingArgs, TrainingCallback, train
+    from mlx_lm.tuner.utils import linear_to_lora_layers
+
+    model.freeze()
+    linear_to_lora_layers(model, layers, {"rank": rank, "scale": 20.0, "dropout": 0.0})
+    mx.random.seed(seed)   # the LoRA A matrices above took their values from the seed before it
+    rng = np.random.default_rng(seed)
+    vocab = model.args.vocab_size
+    data = [(rng.integers(1, vocab, seq_len).tolist(), 0) for _ in range(batch_size)]   # (tokens, prompt offset)
+
+    class Record(TrainingCallback):
+        def __init__(self):
+            self.train, self.val, self.secs = [], [], []
+
+        def on_train_loss_report(self, info):
+            self.train.append(float(info["train_loss"]))
+            self.secs.append(1.0 / float(info["iterations_per_second"]))
+
+        def on_val_loss_report(self, info):
+            self.val.append(float(info["val_loss"]))
+
+    rec = Record()
+    with tempfile.TemporaryDirectory() as tmp:
+        args = TrainingArgs(batch_size=batch_size, iters=iters, val_batches=1, steps_per_report=1,
+                            steps_per_eval=10**9, steps_per_save=10**9, max_seq_length=seq_len + 1,
+                            adapter_file=adapter_file or os.path.join(tmp, "adapters.safetensors"))
+        np.random.seed(seed)   # iterate_batches shuffles with numpy's global generator
+        train(model, optim.Adam(learning_rate=lr), data, data, args=args, training_callback=rec)
+    trained = {k: v for k, v in tree_flatten(model.trainable_parameters())}
+    mx.eval(list(trained.values()))
+    return rec.train, rec.val, rec.secs, trained
