@@ -65,6 +65,9 @@ fi
 step "example: unmodified mlx.nn training loop (mlx_amd enabled on import)"
 (cd /tmp && MLX_AMD_AUTO=1 $PY "$REPO/examples/train_mlp.py" 2>&1 | tee "$OUTDIR/train_mlp.txt") || rc=1
 
+step "example: LoRA fine-tuning with mlx-lm's own trainer, against plain MLX"
+(cd /tmp && $PY "$REPO/examples/lora.py" --compare 2>&1 | grep -v "^  .*[░█]" | tee "$OUTDIR/lora.txt") || rc=1
+
 if [[ -z ${MLX_AMD_SKIP_BENCH:-} ]]; then
   for b in benchmarks/*.py; do
     [[ $b == benchmarks/harness.py ]] && continue
