@@ -15,12 +15,10 @@
 //             the wave reduces. One load of x serves all the rows. Optional uint32 index
 //             arrays pick x's and w's batch per output batch (GatherQMM).
 //   qmv_mma   the same product for 4-bit affine w and 16-bit x on the matrix unit (NVIDIA
-//             mma.sync; the AMD backends are not written yet, so there it is never
-//             launched): a wave owns 16 rows, the quantized values go into the A operand
-//             in one logic instruction per two, x rows are B's columns, and a second MMA
-//             with an all-ones A gives each group's sum of x for the biases. About two
-//             instructions per weight where qmv takes four to seven (ncu), and x is read
-//             by the eight lanes that hold B, not by every lane.
+//             mma.sync, CDNA MFMA, RDNA4 WMMA; only mma.sync has run): a wave owns 16
+//             rows, the quantized values go into the A operand in one logic instruction
+//             per two, x rows are B's columns (read only by the lanes that hold B), and a
+//             second MMA with an all-ones A gives each group's sum of x for the biases.
 //   dequant   w -> a row-contiguous array of x's dtype (prefill: a GEMM follows).
 //   quantize  affine quantization, one thread per group, MLX's CPU arithmetic in float.
 //   fp8       fast::ConvertFP8 (float <-> e4m3 bytes) with MLX's CPU rounding.
@@ -388,21 +386,110 @@ MLXA_DEVICE void qmv(const QmvArgs& a) {
   }
 }
 
-// ---- qmv on the matrix unit: 4-bit affine w, 16-bit x (M <= 8 rows), NVIDIA mma.sync ------
+// ---- qmv on the matrix unit: 4-bit affine w, 16-bit x (M <= 8 rows) -----------------------
 //
-// Fragments of m16n8k16 (g = lane / 4, t = lane % 4): A holds rows g and g + 8 at k 2t, 2t + 1,
-// 2t + 8, 2t + 9; B column g at the same k; D rows g / g + 8, columns 2t, 2t + 1. Any one-to-one
-// map of a group's k onto the MMA's k serves, as long as A and B agree: lane t takes the quarter
-// t of each group (G / 4 values, contiguous in memory), and within a word of 8 values the pairs
-// (i, i + 4) that one mask extracts. A column of B is a row of x, read by the lanes of quad g
-// only. The product runs on 128 + q (bfloat16: the value straight from the mask; the 128 * sum x
-// it adds is taken off with the biases) or on q itself (float16: 1024 + q minus 1024, exact).
+// A 16 x 16 tile of w (rows x k) is the A operand, x's rows are B's columns, D holds rows x
+// rows of x. Any one-to-one map of a group's k onto an MMA's k serves as long as A and B agree,
+// so each lane takes a contiguous part of each group of its row(s) and the pairs (i, i + 4) of
+// values that one mask extracts from a word. The product runs on 128 + q (bfloat16: the value
+// straight from the mask; the 128 * sum x it adds is taken off with the biases) or on q itself
+// (float16: 1024 + q minus 1024, exact). A second MMA with an all-ones A gives every group's sum
+// of x. Two backends: NVIDIA's m16n8k16 fragments and the grouped layout (mma.h's
+// GroupedTiles) of CDNA's MFMA and RDNA4's WMMA; RDNA3's WMMA (whole rows a lane, repeated in
+// both halves of the wave) has none yet, nor has any arch without a 16-bit matrix unit.
 constexpr int kQmvMmaWaves = 4;      // waves per block: 4 / ksplit tiles of 16 rows
-constexpr int kQmvMmaStage = 256;    // k per load of a lane: 8 words of each of its rows
-constexpr int kMmaWave = mma::Tiles<bfloat16>::kWave;              // mma.sync's warp
+constexpr int kQmvMmaStage = 256;    // k a multiple of this (the NVIDIA backend's loads)
+constexpr int kMmaWave = mma::Tiles<half>::kWave;                  // the wave of this target's tiles
 constexpr int kQmvMmaThreads = kQmvMmaWaves * kMmaWave;
-
 #if MLXA_MMA_SYNC
+#define MLXA_QMV_MMA_NV 1
+#define MLXA_QMV_MMA_GROUPED 0
+#elif MLXA_PLATFORM_AMD && (MLXA_HAS_MFMA || MLXA_WMMA_GFX12)
+#define MLXA_QMV_MMA_NV 0
+#define MLXA_QMV_MMA_GROUPED 1
+#else
+#define MLXA_QMV_MMA_NV 0
+#define MLXA_QMV_MMA_GROUPED 0
+#endif
+
+MLXA_DEVICE float half_of(uint32_t w, int hi, bool bf) {
+  const unsigned short v = (unsigned short)(hi ? w >> 16 : w);
+  return bf ? to_float(bfloat16{v}) : to_float(half{v});
+}
+
+// Two 4-bit values of a word, already shifted to bits 0 and 16, as two 16-bit A values:
+// 128 + q in bfloat16 (the caller takes 128 * sum x off), q in float16.
+template <typename T>
+MLXA_DEVICE uint32_t qmv_a_pair(uint32_t v) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    return and_or(v, 0x000F000Fu, 0x43004300u);
+  } else {
+    const uint32_t h = and_or(v, 0x000F000Fu, 0x64006400u);   // 1024 + q, twice
+#if MLXA_PLATFORM_NVIDIA
+    uint32_t r;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(h), "r"(0x64006400u));
+    return r;
+#else
+    typedef _Float16 f16x2 __attribute__((ext_vector_type(2)));
+    const f16x2 d = __builtin_bit_cast(f16x2, h) - (f16x2){(_Float16)1024.0f, (_Float16)1024.0f};
+    return __builtin_bit_cast(uint32_t, d);
+#endif
+  }
+}
+
+// The bias term's coefficient of a group: b, less 128 s where A held 128 + q.
+template <typename T>
+MLXA_DEVICE float qmv_bias(float s, float b) {
+  return std::is_same_v<T, bfloat16> ? fmaf(-128.f, s, b) : b;
+}
+
+// One sum in MLX's order of operations (x times each dequantized weight): row n of w against
+// row m of x over k0 .. k1, by one lane, serially. For a base address off the fast path's
+// alignment (a view at an odd offset) and for x holding an infinity or NaN (inf * 0 must not
+// arise from q == 0): rare, slow, and light on registers.
+template <typename T, int GS>
+MLXA_DEVICE float qmv_mlx_order(const QmvArgs& a, const QmvBatch<T, T>& q, long long n, int m, long long k0,
+                                long long k1) {
+  n = n < a.n ? n : a.n - 1;
+  const T* x = q.x + m * a.x_row;
+  const uint32_t* w = q.w + n * a.w_row;
+  float sum = 0.0f;
+#pragma unroll 1
+  for (long long k = k0; k < k1; ++k) {
+    const float s = (float)widen(q.s[n * a.s_row + k / GS]), b = (float)widen(q.b[n * a.b_row + k / GS]);
+    sum += (float)widen(x[k]) * affine_weight(s, u16_to_float((w[k / 8] >> (4 * (k % 8))) & 15u), b);
+  }
+  return sum;
+}
+
+// Sums of the block's waves that split k (ksplit), then the stores: a lane's sum ``sl`` of NS
+// is tile row ``row(sl)`` and row ``col(sl)`` of x.
+template <typename T, int NS, class Row, class Col>
+MLXA_DEVICE void qmv_mma_store(const QmvArgs& a, float (*red)[16][8], const float* acc, int wave, int part, int ks,
+                               long long n0, long long b, Row row, Col col) {
+  const int M = (int)a.m;
+  if (ks > 1) {
+#pragma unroll
+    for (int sl = 0; sl < NS; ++sl)
+      if (col(sl) < 8) red[wave][row(sl)][col(sl)] = acc[sl];
+    sync_block();
+  }
+  if (part == 0) {
+#pragma unroll
+    for (int sl = 0; sl < NS; ++sl) {
+      const long long n = n0 + row(sl);
+      const int m = col(sl);
+      if (n < a.n && m < M) {
+        float v = acc[sl];
+        for (int j = 1; j < ks; ++j) v += red[wave + j][row(sl)][m];
+        ((T*)a.out)[(b * M + m) * a.n + n] = cast<T>(v);
+      }
+    }
+  }
+  if (ks > 1) sync_block();   // red is reused by the next batch
+}
+
+#if MLXA_QMV_MMA_NV
 template <typename T, int G>
 struct QmvMmaStage {
   static constexpr int GPS = kQmvMmaStage / G, SW = (GPS + 1) / 2;
@@ -474,25 +561,6 @@ MLXA_DEVICE void qmv_mma_load(QmvMmaStage<T, G>& st, const QmvMmaRows<T>& r, int
   load_halves<St::SW>(st.b1, r.b1 + so, true);
 }
 
-MLXA_DEVICE float half_of(uint32_t w, int hi, bool bf) {
-  const unsigned short v = (unsigned short)(hi ? w >> 16 : w);
-  return bf ? to_float(bfloat16{v}) : to_float(half{v});
-}
-
-// A pair of 4-bit values (already shifted to bits 0 and 16) as the A operand: 128 + q in
-// bfloat16 (the caller takes 128 * sum x off), q in float16.
-template <typename T>
-MLXA_DEVICE uint32_t qmv_a_pair(uint32_t v) {
-  if constexpr (std::is_same_v<T, bfloat16>) {
-    return and_or(v, 0x000F000Fu, 0x43004300u);
-  } else {
-    const uint32_t h = and_or(v, 0x000F000Fu, 0x64006400u);   // 1024 + q
-    uint32_t r;
-    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(h), "r"(0x64006400u));
-    return r;
-  }
-}
-
 // acc[i][c] += the stage's groups for rows g + 8 i and x row 2t + c.
 template <typename T, int G>
 MLXA_DEVICE void qmv_mma_stage(float (&acc)[2][2], bool& bad, const QmvMmaStage<T, G>& st, const QmvMmaRows<T>& r,
@@ -558,46 +626,113 @@ MLXA_DEVICE bool qmv_mma_rows(float (&acc)[2][2], const QmvMmaRows<T>& r, int s_
   return bad;
 }
 
-// The same sums in MLX's order of operations (x times each dequantized weight), with plain
-// loads, the wave's lanes along k, one row and row of x at a time: for a base address that
-// is not 16-byte aligned (a view at an odd offset) and for a tile whose x holds an infinity or
-// NaN (inf * 0 must not arise from q == 0). Slow, and out of line so that its registers do
-// not cost the fast path occupancy.
-struct QmvMmaAcc {
-  float v[2][2];
-};
+#endif  // MLXA_QMV_MMA_NV
 
-template <typename T, int G>
-__device__ __noinline__ QmvMmaAcc qmv_mma_mlx_order(QmvArgs a, QmvBatch<T, T> q, long long n0, int s_begin, int s_end,
-                                                   int g, int t) {
-  QmvMmaAcc acc = {{{0.f, 0.f}, {0.f, 0.f}}};
-  const int lane = g * 4 + t;
-  const long long k0 = (long long)s_begin * kQmvMmaStage, k1 = (long long)s_end * kQmvMmaStage;
+#if MLXA_QMV_MMA_GROUPED
+// ---- the grouped layout (CDNA MFMA: G = 4 on its wide waves; RDNA4 WMMA: G = 8) -----------
+// Lane l holds A's row l % 16 and B's column l % 16 at k G (l / 16) .. + G - 1 of an MMA, and
+// D's column l % 16 at rows G (l / 16) + e. The W / 16 lanes of one row split each group of it
+// into contiguous parts of GS / 2 / (W / 16) bytes; an MMA takes G / 2 pairs of one part.
+#if MLXA_HAS_MFMA
+template <typename T> using QmvOps = mma::MfmaOps<T>;
+template <typename T> constexpr bool kQmvGroupedOk = mma::MfmaOps<T>::kOk;   // gfx908: no bfloat16
+constexpr int kQmvG = 4;
+#else
+template <typename T> using QmvOps = mma::Wmma12Ops<T>;
+template <typename T> constexpr bool kQmvGroupedOk = true;
+constexpr int kQmvG = 8;
+#endif
+
+template <typename T, int GS>
+MLXA_DEVICE void qmv_mma_grouped(const QmvArgs& a) {
+  constexpr int G = kQmvG, W = kMmaWave, Q = W / 16;
+  constexpr int LW = GS / 8 / Q;          // words of a row's group a lane holds
+  constexpr int LX = 8 * LW;              // values of x at the same k
+  constexpr bool kBf = std::is_same_v<T, bfloat16>;
+  typedef short IV __attribute__((ext_vector_type(G)));
+  typedef float FV __attribute__((ext_vector_type(G)));
+  static_assert(LW >= 1 && (GS / 16) * G / 2 == 4 * LW, "an MMA takes G / 2 pairs of a lane's words");
+  const int lane = (int)threadIdx.x % W, wave = (int)threadIdx.x / W;
+  const int c = lane % 16, qq = lane / 16;
+  const int ks = a.ksplit, part = wave % ks;
+  const long long n0 = ((long long)blockIdx.x * (kQmvMmaWaves / ks) + wave / ks) * 16;
+  const long long N = a.n;
+  const int M = (int)a.m;
+  const int groups = (int)(a.k / GS), per = (groups + ks - 1) / ks;
+  const int g_begin = part * per, g_end = min(g_begin + per, groups);
+  __shared__ float red[kQmvMmaWaves][16][8];
+  IV ones;
+#pragma unroll
+  for (int e = 0; e < G; ++e) ones[e] = (short)(kBf ? 0x3F80 : 0x3C00);
+  for (long long b = blockIdx.y; b < a.batch; b += gridDim.y) {
+    const QmvBatch<T, T> q = qmv_batch<T, T, true>(a, b);
+    const uint32_t* wr = q.w + (n0 + c < N ? n0 + c : N - 1) * a.w_row + qq * LW;   // A's row, this lane's part
+    const T* xr = q.x + (c < M ? c : 0) * a.x_row + qq * LX;                       // B's column
+    long long rd[G];                                                               // D's rows
+#pragma unroll
+    for (int e = 0; e < G; ++e) rd[e] = n0 + G * qq + e < N ? n0 + G * qq + e : N - 1;
+    FV acc;
+#pragma unroll
+    for (int e = 0; e < G; ++e) acc[e] = 0.f;
+    // x is read as pairs of values; a base off that takes the slow path (uniform: the wave's
+    // MMAs need every lane, so no lane leaves the loop early either)
+    const bool unaligned = !(a.x_vec && aligned(q.x, 4));
+    bool bad = unaligned;
 #pragma unroll 1
-  for (int i = 0; i < 16; ++i) {
-    const long long n = n0 + i < a.n ? n0 + i : a.n - 1;
-    const uint32_t* w = q.w + n * a.w_row;
-#pragma unroll 1
-    for (int m = 0; m < (int)a.m; ++m) {
-      const T* x = q.x + m * a.x_row;
-      float sum = 0.0f;
-#pragma unroll 1
-      for (long long k = k0 + lane; k < k1; k += kMmaWave) {
-        const float s = (float)widen(q.s[n * a.s_row + k / G]), b = (float)widen(q.b[n * a.b_row + k / G]);
-        sum += (float)widen(x[k]) * affine_weight(s, u16_to_float((w[k / 8] >> (4 * (k % 8))) & 15u), b);
+    for (int gi = g_begin; gi < (unaligned ? g_begin : g_end); ++gi) {
+      uint32_t u[LW], xv[LX / 2];
+#pragma unroll
+      for (int j = 0; j < LW; ++j) u[j] = wr[(long long)gi * (GS / 8) + j];
+#pragma unroll
+      for (int j = 0; j < LX / 2; ++j) xv[j] = c < M ? ((const uint32_t*)(xr + (long long)gi * GS))[j] : 0u;
+      FV d, e1;
+#pragma unroll
+      for (int e = 0; e < G; ++e) d[e] = e1[e] = 0.f;
+#pragma unroll
+      for (int mi = 0; mi < GS / 16; ++mi) {
+        IV av, bv;
+#pragma unroll
+        for (int e = 0; e < G; e += 2) {
+          const int pi = (mi * G + e) / 2, wi = pi / 4, p = pi % 4;   // pair p of word wi: values p, p + 4
+          const uint32_t ap = qmv_a_pair<T>(u[wi] >> (4 * p));
+          const uint32_t lo = xv[4 * wi + p / 2], hi = xv[4 * wi + p / 2 + 2];
+          const uint32_t bp = (p & 1) ? ((lo >> 16) | (hi & 0xFFFF0000u)) : ((lo & 0xFFFFu) | (hi << 16));
+          av[e] = (short)(ap & 0xFFFFu);
+          av[e + 1] = (short)(ap >> 16);
+          bv[e] = (short)(bp & 0xFFFFu);
+          bv[e + 1] = (short)(bp >> 16);
+        }
+        d = QmvOps<T>::mma(av, bv, d);
+        e1 = QmvOps<T>::mma(ones, bv, e1);
       }
-      sum = wave_reduce<kMmaWave>(sum, [](float p, float o) { return p + o; });
-      if ((i & 7) == g && (m >> 1) == t) acc.v[i >> 3][m & 1] += sum;
+#pragma unroll
+      for (int e = 0; e < G; ++e) {
+        const float s = (float)widen(q.s[rd[e] * a.s_row + gi]), bi = (float)widen(q.b[rd[e] * a.b_row + gi]);
+        acc[e] += fmaf(s, d[e], qmv_bias<T>(s, bi) * e1[e]);
+      }
+      bad |= !(fabsf(e1[0]) <= 3.4028234663852886e38f);   // an infinity or NaN in x
     }
+    float out[G];
+#pragma unroll
+    for (int e = 0; e < G; ++e) out[e] = acc[e];
+    if (bad && c < M) {   // an infinity or NaN in this column of x, or x not aligned for its reads
+#pragma unroll 1
+      for (int e = 0; e < G; ++e) out[e] = qmv_mlx_order<T, GS>(a, q, n0 + G * qq + e, c, (long long)g_begin * GS,
+                                                                 (long long)g_end * GS);
+    }
+    qmv_mma_store<T, G>(a, red, out, wave, part, ks, n0, b, [&](int sl) { return G * qq + sl; },
+                     [&](int) { return c; });
   }
-  return acc;
 }
-#endif  // MLXA_MMA_SYNC
+#endif  // MLXA_QMV_MMA_GROUPED
 
 template <typename T, int G>
 MLXA_DEVICE void qmv_mma(const QmvArgs& a) {
-#if !MLXA_MMA_SYNC
-  trap();   // the launcher takes this kernel only where the target has mma.sync
+#if MLXA_QMV_MMA_GROUPED
+  if constexpr (kQmvGroupedOk<T>) qmv_mma_grouped<T, G>(a);
+  else trap();   // gfx908 has no bfloat16 MFMA of this shape: the launcher never takes it there
+#elif !MLXA_QMV_MMA_NV
+  trap();   // no backend on this target: the launcher never takes this kernel here
 #else
   const int lane = (int)threadIdx.x % kMmaWave, wave = (int)threadIdx.x / kMmaWave;
   const int g = lane >> 2, t = lane & 3;
@@ -621,38 +756,16 @@ MLXA_DEVICE void qmv_mma(const QmvArgs& a) {
                      aligned(q.b, 512 / G);
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
     const bool bad = vec ? qmv_mma_rows<T, G>(acc, r, s_begin, s_end) : true;
-    if (ballot(bad)) {
-      const QmvMmaAcc o = qmv_mma_mlx_order<T, G>(a, q, n0, s_begin, s_end, g, t);
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) acc[i][c] = o.v[i][c];
+    float out[4] = {acc[0][0], acc[0][1], acc[1][0], acc[1][1]};   // slot 2 i + c: row g + 8 i, column 2 t + c
+    if (bad) {   // a base off the loads' alignment, or an infinity or NaN in x: MLX's order
+#pragma unroll 1
+      for (int sl = 0; sl < 4; ++sl)
+        if (2 * t + (sl & 1) < M)
+          out[sl] = qmv_mlx_order<T, G>(a, q, n0 + g + 8 * (sl >> 1), 2 * t + (sl & 1),
+                                        (long long)s_begin * kQmvMmaStage, (long long)s_end * kQmvMmaStage);
     }
-    if (ks > 1) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) red[wave][g + 8 * i][2 * t + c] = acc[i][c];
-      sync_block();
-      if (part == 0) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int c = 0; c < 2; ++c)
-            for (int j = 1; j < ks; ++j) acc[i][c] += red[wave + j][g + 8 * i][2 * t + c];
-      }
-      sync_block();   // red is reused by the next batch
-    }
-    if (part == 0) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const long long n = n0 + g + 8 * i;
-          const int m = 2 * t + c;
-          if (n < N && m < M) ((T*)a.out)[(b * M + m) * N + n] = cast<T>(acc[i][c]);
-        }
-    }
+    qmv_mma_store<T, 4>(a, red, out, wave, part, ks, n0, b, [&](int sl) { return g + 8 * (sl >> 1); },
+                     [&](int sl) { return 2 * t + (sl & 1); });
   }
 #endif
 }

@@ -68,8 +68,8 @@ def check_qmm(x, q, gs, bits, mode="affine", transpose=True, what=""):
 @pytest.fixture(params=["auto", "0"], ids=["units", "portable"])
 def units(request, monkeypatch, gpu_runtime):
     """4-bit affine products of 16-bit x through the matrix-unit qmv (where the device has
-    one: mma.sync here) and through the portable qmv; plans, recordings and the self-test's
-    verdicts are dropped around the test."""
+    one: mma.sync on the H200) and through the portable qmv; plans, recordings and the
+    self-test's verdicts are dropped around the test."""
     from mlx_amd.runtime import matrix_units
     monkeypatch.setenv("MLX_AMD_MATRIX_UNITS", request.param)
     ev = gpu_runtime.evaluator
@@ -99,8 +99,10 @@ def expect_units(rt, units, wave, dt, gs, bits, M, N, K):
     from mlx_amd.runtime import matrix_units
     dtn = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[dt]
     name = qmv_kernel(rt, dtn, gs, bits, M, N, K)
-    claims = (units == "auto" and wave == 32 and bits == 4 and dtn != "float32" and K % 256 == 0 and M >= 2
-              and matrix_units.backend(rt.props, dtn) == "mma_sync")
+    from mlx_amd.runtime import kernel_table as kt
+    be = matrix_units.backend(rt.props, dtn)
+    claims = (units == "auto" and wave == rt.props.wave_size and bits == 4 and dtn != "float32" and M >= 2
+              and be in kt.table("quantized").QMV_MMA_BACKENDS and (be != "mma_sync" or K % 256 == 0))
     assert ("qmv_mma" in name) == claims, name
 
 
@@ -159,8 +161,9 @@ def test_qmv_mma_selftest(gpu_runtime, units, dtype):
     """The first-use self-test of the matrix-unit qmv against the portable one passes here."""
     from mlx_amd.runtime import matrix_units
     from mlx_amd.runtime.ops import quantized as Q
-    if matrix_units.backend(gpu_runtime.props, dtype) != "mma_sync":
-        pytest.skip(f"the matrix-unit qmv needs mma.sync, not on {gpu_runtime.props.arch}")
+    from mlx_amd.runtime import kernel_table as kt
+    if matrix_units.backend(gpu_runtime.props, dtype) not in kt.table("quantized").QMV_MMA_BACKENDS:
+        pytest.skip(f"no matrix-unit qmv backend on {gpu_runtime.props.arch}")
     ok, why = Q.qmv_mma_selftest(gpu_runtime, dtype)
     assert ok, why
     assert "qmv_mma" in qmv_kernel(gpu_runtime, dtype, 64, 4, 2, 64, 512)
@@ -173,8 +176,9 @@ def test_qmv_mma_selftest_mismatch_uses_the_twin(gpu_runtime, units, monkeypatch
     results stay right."""
     from mlx_amd.runtime import matrix_units
     from mlx_amd.runtime.ops import quantized as Q
-    if matrix_units.backend(gpu_runtime.props, "bfloat16") != "mma_sync":
-        pytest.skip(f"the matrix-unit qmv needs mma.sync, not on {gpu_runtime.props.arch}")
+    from mlx_amd.runtime import kernel_table as kt
+    if matrix_units.backend(gpu_runtime.props, "bfloat16") not in kt.table("quantized").QMV_MMA_BACKENDS:
+        pytest.skip(f"no matrix-unit qmv backend on {gpu_runtime.props.arch}")
     monkeypatch.setattr(Q, "SELFTEST_PERTURB", lambda g: g * 1.5)
     q = make((64, 512), 64, 4, dtype=mx.bfloat16)
     with pytest.warns(RuntimeWarning, match="differ from their portable twins"):

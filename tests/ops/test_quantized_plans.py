@@ -140,8 +140,9 @@ def run_qmv(lau, fmt, mem):
     out_shape, lhs_str, rhs_str, x_shape, x_str, w_shape, w_str, s_str, b_str = arr
     (X, xo), (W, wo), (S, so), (B, bo), (L, lo), (R, ro), (O, oo) = [mem.get(r) for r in lau.refs]
     if "qmv_mma" in lau.kernel:    # 16 rows a wave, 4 // ks tiles a block, all rows of x at once
-        assert fmt.mode == 0 and fmt.bits == 4 and k % kt.table("quantized").QMV_MMA_STAGE == 0
-        assert ks in (1, 2, 4) and lau.grid[0] == -(-n // (Q.QMV_MMA_WAVES // ks * 16)) and lau.block[0] == 128
+        assert fmt.mode == 0 and fmt.bits == 4 and k % fmt.gs == 0
+        assert ks in (1, 2, 4) and lau.grid[0] == -(-n // (Q.QMV_MMA_WAVES // ks * 16))
+        assert lau.block[0] in (Q.QMV_MMA_WAVES * 32, Q.QMV_MMA_WAVES * 64)
     else:
         assert ks in (1, 2, 4) and lau.grid[0] == -(-n // (Q.QMV_WAVES // ks * Q.QMV_ROWS)) * m
     for b in range(batch):
@@ -277,16 +278,13 @@ class AmdDev(Dev):
     arch = "gfx1100"
 
 
-class Wave64(Dev):
-    wave_size = 64
-
-
 @pytest.mark.parametrize("why", ["one_row", "k", "float32", "amd", "wave64", "scale_rows", "switched_off"])
 def test_qmv_mma_only_where_it_serves(why, monkeypatch):
     """The portable qmv serves everything else: one row of x (the decode step: slower on
-    the matrix unit, see _qmv_mma_serves), k not a whole number of 256-value stages, float32
-    x, an AMD device (no qmv_mma backend written), a 64-wide wave, scale rows not aligned
-    for its loads, MLX_AMD_MATRIX_UNITS=0."""
+    the matrix unit, see _qmv_mma_serves), k not a whole number of mma.sync's 256-value
+    stages, float32 x, RDNA3 (no qmv_mma backend for its WMMA layout), an emulated 64-wide
+    wave on the 32-wide GPU, scale rows not aligned for mma.sync's loads,
+    MLX_AMD_MATRIX_UNITS=0."""
     kw = {}
     dt = "bfloat16"
     M = 2
@@ -299,7 +297,7 @@ def test_qmv_mma_only_where_it_serves(why, monkeypatch):
     elif why == "amd":
         kw["dev"] = AmdDev()
     elif why == "wave64":
-        kw["dev"] = Wave64()
+        monkeypatch.setenv("MLX_AMD_WAVE", "64")      # the 64-lane kernels emulated on the 32-wide GPU
     elif why == "scale_rows":
         kw["s_pad"] = 3
     else:
@@ -313,11 +311,47 @@ def test_qmv_mma_only_where_it_serves(why, monkeypatch):
 
 def test_qmv_mma_ksplit():
     dev = Dev()
-    assert Q.qmv_mma_ksplit(14336, 1, 4096 // 256, dev) == 1      # 896 tiles: ~6 waves per CU already
-    assert Q.qmv_mma_ksplit(4096, 1, 14336 // 256, dev) == 4      # 256 tiles
-    assert Q.qmv_mma_ksplit(4096, 1, 4096 // 256, dev) == 4
-    assert Q.qmv_mma_ksplit(4096, 4, 4096 // 256, dev) == 1       # 4 batches: 1024 tiles
-    assert Q.qmv_mma_ksplit(2048, 1, 512 // 256, dev) == 1        # two stages: no split
+    assert Q.qmv_mma_ksplit(14336, 1, 4096 // 64, dev) == 1       # 896 tiles: ~6 waves per CU already
+    assert Q.qmv_mma_ksplit(4096, 1, 14336 // 64, dev) == 4       # 256 tiles
+    assert Q.qmv_mma_ksplit(4096, 1, 4096 // 64, dev) == 4
+    assert Q.qmv_mma_ksplit(4096, 4, 4096 // 64, dev) == 1        # 4 batches: 1024 tiles
+    assert Q.qmv_mma_ksplit(2048, 1, 512 // 64, dev) == 1         # eight groups: no split
+
+
+class Mi300(Dev):
+    arch = "gfx942"
+    wave_size = 64
+    compute_units = 304
+
+
+class Rdna4(Dev):
+    arch = "gfx1201"
+    compute_units = 64
+
+
+class Mi100(Mi300):
+    arch = "gfx908"
+
+
+@pytest.mark.parametrize("dev,dt,block", [(Mi300(), "bfloat16", 256), (Mi300(), "float16", 256),
+                                          (Rdna4(), "bfloat16", 128), (Mi100(), "float16", 256)],
+                         ids=["gfx942-bf16", "gfx942-f16", "gfx1201-bf16", "gfx908-f16"])
+@pytest.mark.parametrize("K", [512, 320])
+def test_qmv_mma_on_amd_matrix_units(dev, dt, block, K):
+    """CDNA's MFMA and RDNA4's WMMA have a qmv_mma backend (compiled only: the self-test
+    decides at first use on a real device): their wave's blocks, and k need only be whole
+    groups (the 256-value stages are the NVIDIA backend's)."""
+    plan, bufs, x, deq = _qmv_mma_case(dt, 64, 3, K=K, dev=dev)
+    st = plan.steps[0]
+    assert st.kernel == f"quantized_qmv_mma_a4_g64_{dt}_{dt}" and st.block[0] == block
+    out_buf = np.full(3 * 40, np.nan)
+    run_qmv(st, Q.fmt_for(64, 4, 0), Mem(bufs + [bufs[0], bufs[0]], [out_buf]))
+    np.testing.assert_allclose(out_buf.reshape(3, 40), _ref_qmm(x, deq, True), rtol=1e-5, atol=1e-4)
+
+
+def test_qmv_mma_not_on_gfx908_bfloat16():
+    plan, *_ = _qmv_mma_case("bfloat16", 64, 3, dev=Mi100())
+    assert "qmv_mma" not in plan.steps[0].kernel       # gfx908's MFMA has no bfloat16 16x16x16
 
 
 def test_qmv_batched_broadcast_and_strided_x():

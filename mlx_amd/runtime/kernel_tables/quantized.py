@@ -4,7 +4,7 @@ Formats are (name, MLX mode id, bits): affine with 2, 3, 4, 5, 6, 8 bits, mxfp4,
 nvfp4. Names:
   quantized_qmv_<fmt>_<dt>_<dt>_w<32|64>   decode matmul (rows of x <= 8)
   quantized_qmv_mma_a4_g<gs>_<dt>           the same on the matrix unit (4-bit affine, 16-bit x;
-                                            mma.sync on NVIDIA only: elsewhere its body traps)
+                                            mma.sync, MFMA, gfx12 WMMA: elsewhere its body traps)
   quantized_dequant_<fmt>_<dt>_<dt>               packed w -> dtype
   quantized_quantize_a<bits>_<dt>_<dt>            affine quantization
   quantized_fp8_to_<dt>_uint8 / quantized_fp8_from_uint8_<dt>   fast::ConvertFP8
@@ -17,9 +17,10 @@ QMV_WAVES = 4           # mlxa::q::kQmvWaves
 QMV_ROWS = 4            # mlxa::q::kQmvRows
 BLOCK = 256             # mlxa::q::kBlock
 QMV_MMA_WAVES = 4       # mlxa::q::kQmvMmaWaves
-QMV_MMA_STAGE = 256     # mlxa::q::kQmvMmaStage (k per stage: K must be a multiple)
+QMV_MMA_STAGE = 256     # mlxa::q::kQmvMmaStage (k per stage of mma.sync's loads: K a multiple there)
 QMV_MMA_DTYPES = ("float16", "bfloat16")
 QMV_MMA_GROUPS = (32, 64, 128)
+QMV_MMA_BACKENDS = ("mma_sync", "mfma", "wmma_gfx12")   # kernel_table.matrix_tiles names with a qmv_mma backend
 AFFINE_BITS = (2, 3, 4, 5, 6, 8)
 MODES = {"affine": 0, "mxfp4": 1, "mxfp8": 2, "nvfp4": 3}
 # fmt name -> (mode id, bits, values per chunk)

@@ -12,8 +12,9 @@ and 2 mxfp8 (e8m0 scale bytes, groups of 32), 3 nvfp4 (e4m3 scale bytes, groups 
   index arrays choosing x's and w's batch per output batch. For 4-bit affine w and 16-bit
   x and 2-8 rows of x (speculative or batched decode), qmv_mma does the same products on
   the matrix unit where the device has one that passed its first-use self-test against qmv
-  (``matrix_units``; mma.sync on NVIDIA: the AMD backends of this kernel are not written
-  yet, so AMD GPUs take qmv).
+  (``matrix_units``: mma.sync on NVIDIA, MFMA on CDNA, WMMA on RDNA4; RDNA3 and older take
+  qmv. Only mma.sync has run: the AMD backends compile in CI and meet their self-test at first
+  use on a real device).
 * prefill (M > 8) and transpose=False: w is dequantized into a temporary of x's dtype
   (its broadcast batch dimensions stay broadcast), then the matmul family plans the GEMM
   on a synthetic Matmul node whose refs are renumbered onto ours.
@@ -255,7 +256,7 @@ def _qmv_launch(p: Problem, device, x: Layout, x_ref, out_batch, x_batch, x_bstr
     lhs_str, rhs_str = gather if gather is not None else ((), ())
     mma = _qmv_mma_serves(p, device, dt, W, x_vec, w_vec, x_bstr, w_bstrs) if force_mma is None else force_mma
     if mma:
-        ks = qmv_mma_ksplit(N, batch, K // _table().QMV_MMA_STAGE, device)
+        ks = qmv_mma_ksplit(N, batch, K // f.gs, device)
         grid_x = -(-N // (QMV_MMA_WAVES // ks * 16))
     else:
         ks = qmv_ksplit(N, M * batch, K // f.cv, device)
@@ -271,7 +272,7 @@ def _qmv_launch(p: Problem, device, x: Layout, x_ref, out_batch, x_batch, x_bstr
     refs = (x_ref, inp(1), inp(2), b_ref, lhs_ref, rhs_ref, out(0))
     if mma:
         name = _table().qmv_mma_name(kt, dt, f.gs)
-        return Launch(FAMILY, name, (grid_x, min(batch, GRID_Y), 1), (QMV_MMA_WAVES * 32, 1, 1), 0, 7, tail, refs)
+        return Launch(FAMILY, name, (grid_x, min(batch, GRID_Y), 1), (QMV_MMA_WAVES * W, 1, 1), 0, 7, tail, refs)
     name = _table().qmv_name(kt, f.name, dt, W)
     return Launch(FAMILY, name, (grid_x, min(batch, GRID_Y), 1), (QMV_WAVES * W, 1, 1), 0, 7, tail, refs)
 
@@ -282,14 +283,14 @@ def qmv_ksplit(rows, row_sets, chunks, device) -> int:
     return ksplit(-(-rows // QMV_ROWS) * row_sets, chunks, device, QMV_WAVES, per_cu=12)
 
 
-def qmv_mma_ksplit(rows, batch, stages, device) -> int:
-    """Waves of qmv_mma per 16-row tile, each over a share of the stages of k: the smallest
-    of 1, 2, 4 that gives about 6 waves per compute unit while each wave keeps two stages
-    (tools/qmv_mma.cu on the H200: 1 for 14336 rows, 4 for 4096 rows of 4096 or 14336)."""
+def qmv_mma_ksplit(rows, batch, groups, device) -> int:
+    """Waves of qmv_mma per 16-row tile, each over a share of the quantization groups of k:
+    the smallest of 1, 2, 4 that gives about 6 waves per compute unit while each wave keeps
+    8 groups (tools/qmv_mma.cu on the H200: 1 for 14336 rows, 4 for 4096 rows of 4096 or 14336)."""
     target = max(1, int(getattr(device, "compute_units", 1) or 1)) * 6
     tiles = -(-rows // 16) * batch
     ks = 1
-    while ks < QMV_MMA_WAVES and tiles * ks < target and stages >= 4 * ks:
+    while ks < QMV_MMA_WAVES and tiles * ks < target and groups >= 16 * ks:
         ks *= 2
     return ks
 
@@ -298,22 +299,26 @@ def _qmv_mma_serves(p: Problem, device, dt, W, x_vec, w_vec, x_bstr, w_bstrs) ->
     """qmv_mma takes the product: 2-8 rows of x (one row stays on qmv: in mlx-lm's decode of
     a llama-8b-shaped 4-bit model qmv_mma made the step slower, 181 against 232 tok/s in one
     lease, benchmarks/results/qmv_matrix_unit-h200.txt; at 4 rows it is 2.5x qmv, which reads
-    w once per row), 4-bit affine w in groups of 32/64/128, 16-bit x, k a whole number of
-    stages, rows and batches aligned for its vector loads (x 16 bytes, a stage's scales and
-    biases 512 / group bytes; a base address off that takes its slow, exact path), a 32-wide
-    wave, and a matrix unit that passed its self-test here."""
+    w once per row), 4-bit affine w in groups of 32/64/128, 16-bit x with rows 16 bytes apart,
+    the device's own wave width, and a matrix unit with a backend of this kernel (mma.sync,
+    MFMA, gfx12 WMMA) that passed its self-test here. mma.sync also wants k a whole number of
+    256-value stages and w's, the scales' and the biases' rows aligned for its vector loads
+    (a stage's scales take 512 / group bytes); a base address off the alignment takes the
+    kernel's slow, exact path."""
     t = _table()
     f = p.fmt
     if p.M < 2 or not (f.affine and f.bits == 4 and f.gs in t.QMV_MMA_GROUPS and dt in t.QMV_MMA_DTYPES):
         return False
-    if p.K % t.QMV_MMA_STAGE or W != 32 or not (x_vec and w_vec):
+    be = matrix_units.backend(device, dt)
+    if be not in t.QMV_MMA_BACKENDS or W != int(device.wave_size) or not x_vec:
         return False
-    if matrix_units.backend(device, dt) != "mma_sync":
-        return False
-    sb = 512 // f.gs
-    for row, bstr in ((_row_stride(p.s), w_bstrs[1]), (_row_stride(p.b), w_bstrs[2])):
-        if (row * 2) % sb or any((st * 2) % sb for st in bstr):
+    if be == "mma_sync":   # 16-byte loads of w, x and a stage's scales
+        if p.K % t.QMV_MMA_STAGE or not w_vec:
             return False
+        sb = 512 // f.gs
+        for row, bstr in ((_row_stride(p.s), w_bstrs[1]), (_row_stride(p.b), w_bstrs[2])):
+            if (row * 2) % sb or any((st * 2) % sb for st in bstr):
+                return False
     return matrix_units.usable(FAMILY, device, dt, qmv_mma_selftest)
 
 
