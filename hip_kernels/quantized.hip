@@ -497,36 +497,23 @@ struct QmvMmaStage {
   uint32_t s0[SW], s1[SW], b0[SW], b1[SW];
 };
 
+// N words at p, in 16-byte (or 8-byte) loads where N allows: the kernel checked the alignment.
 template <int N>
-MLXA_DEVICE void load_u32(uint32_t* d, const uint32_t* p, bool vec) {
-  if (vec) {
-    if constexpr (N % 4 == 0) {
+MLXA_DEVICE void load_u32(uint32_t* d, const uint32_t* p) {
+  if constexpr (N % 4 == 0) {
 #pragma unroll
-      for (int j = 0; j < N / 4; ++j) {
-        const Vec<uint32_t, 4> v = ((const Vec<uint32_t, 4>*)p)[j];
+    for (int j = 0; j < N / 4; ++j) {
+      const Vec<uint32_t, 4> v = ((const Vec<uint32_t, 4>*)p)[j];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) d[4 * j + e] = v.v[e];
-      }
-      return;
-    } else if constexpr (N == 2) {
-      const Vec<uint32_t, 2> v = *(const Vec<uint32_t, 2>*)p;
-      d[0] = v.v[0];
-      d[1] = v.v[1];
-      return;
+      for (int e = 0; e < 4; ++e) d[4 * j + e] = v.v[e];
     }
-  }
-#pragma unroll
-  for (int j = 0; j < N; ++j) d[j] = p[j];
-}
-
-// SW words of 16-bit scales or biases (one word of a single value when GPS is 1: never here)
-template <int SW>
-MLXA_DEVICE void load_halves(uint32_t* d, const unsigned short* p, bool vec) {
-  if (vec) {
-    load_u32<SW>(d, (const uint32_t*)p, true);
+  } else if constexpr (N == 2) {
+    const Vec<uint32_t, 2> v = *(const Vec<uint32_t, 2>*)p;
+    d[0] = v.v[0];
+    d[1] = v.v[1];
   } else {
 #pragma unroll
-    for (int j = 0; j < SW; ++j) d[j] = p[2 * j] | ((uint32_t)p[2 * j + 1] << 16);
+    for (int j = 0; j < N; ++j) d[j] = p[j];
   }
 }
 
@@ -551,14 +538,14 @@ MLXA_DEVICE void qmv_mma_load(QmvMmaStage<T, G>& st, const QmvMmaRows<T>& r, int
 #pragma unroll
   for (int j = 0; j < St::GPS; ++j) {
     const int off = stage * 32 + j * (G / 8) + r.t * WPG;
-    load_u32<WPG>(st.w0 + j * WPG, r.w0 + off, true);
-    load_u32<WPG>(st.w1 + j * WPG, r.w1 + off, true);
+    load_u32<WPG>(st.w0 + j * WPG, r.w0 + off);
+    load_u32<WPG>(st.w1 + j * WPG, r.w1 + off);
   }
-  const int so = stage * St::GPS;
-  load_halves<St::SW>(st.s0, r.s0 + so, true);
-  load_halves<St::SW>(st.s1, r.s1 + so, true);
-  load_halves<St::SW>(st.b0, r.b0 + so, true);
-  load_halves<St::SW>(st.b1, r.b1 + so, true);
+  const int so = stage * St::GPS;   // a stage's scales and biases: SW words of pairs of 16-bit values
+  load_u32<St::SW>(st.s0, (const uint32_t*)(r.s0 + so));
+  load_u32<St::SW>(st.s1, (const uint32_t*)(r.s1 + so));
+  load_u32<St::SW>(st.b0, (const uint32_t*)(r.b0 + so));
+  load_u32<St::SW>(st.b1, (const uint32_t*)(r.b1 + so));
 }
 
 // acc[i][c] += the stage's groups for rows g + 8 i and x row 2t + c.
@@ -575,7 +562,7 @@ MLXA_DEVICE void qmv_mma_stage(float (&acc)[2][2], bool& bad, const QmvMmaStage<
     const long long k0 = (long long)stage * kQmvMmaStage + j * G;   // the group's first k
     uint32_t xv[XW];
     if (r.g < r.M) {
-      load_u32<XW>(xv, (const uint32_t*)(r.x + k0 + r.t * (G / 4)), true);
+      load_u32<XW>(xv, (const uint32_t*)(r.x + k0 + r.t * (G / 4)));
     } else {
 #pragma unroll
       for (int e = 0; e < XW; ++e) xv[e] = 0u;
