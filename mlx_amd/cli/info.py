@@ -159,7 +159,11 @@ def render(info: dict) -> str:
         have = {dt: be for dt, be in mu.items() if be}
         if have:
             names = sorted(set(have.values()))
-            lines.append(f"      matrix units: {', '.join(names)} for {', '.join(have)} attention "
+            from mlx_amd.runtime import kernel_table as kt
+
+            qmv = kt.table("quantized").QMV_MMA_BACKENDS
+            uses = "attention" + (" and 2-8-row 4-bit matmuls" if any(be in qmv for be in names) else "")
+            lines.append(f"      matrix units: {', '.join(names)} for {', '.join(have)} {uses} "
                          f"(checked against the portable kernels at first use)")
         else:
             lines.append("      matrix units: none used (portable kernels)")

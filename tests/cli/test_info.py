@@ -145,8 +145,9 @@ def test_info_with_a_fake_gpu(fake_gpu):
     assert "APU (integrated, shared memory)" in out
     assert "kernels: yes, target gfx1151 (1 families, 1 kernels)" in out   # exact beats generic
     # the matrix-unit backend per arch (gfx11: WMMA, gfx90a: MFMA)
-    assert out.count("matrix units: wmma for float16, bfloat16 attention") == 2
-    assert "matrix units: mfma for float16, bfloat16 attention" in out
+    assert out.count("matrix units: wmma for float16, bfloat16 attention (checked") == 2
+    # gfx90a's MFMA also serves the 2-8-row 4-bit matmul (gfx11's WMMA has no backend of it)
+    assert "matrix units: mfma for float16, bfloat16 attention and 2-8-row 4-bit matmuls" in out
 
 
 def test_info_json_with_a_fake_gpu(fake_gpu):
