@@ -32,9 +32,9 @@ namespace q {
 
 enum Mode { kAffine = 0, kMxfp4 = 1, kMxfp8 = 2, kNvfp4 = 3 };
 
-// (a & mask) | bits in one instruction. nvcc splits it into an AND and an OR when both are
-// constants (its LOP3 takes one immediate): a third more integer work per weight on the H200.
-// AMD's compiler picks v_and_or_b32 from the plain expression.
+// (a & mask) | bits in one instruction: nvcc emits an AND and an OR when both are constants
+// (its LOP3 takes one immediate; seen in qmv's SASS, where qmv still has the two); AMD's
+// compiler picks v_and_or_b32 from the plain expression.
 MLXA_DEVICE uint32_t and_or(uint32_t a, uint32_t mask, uint32_t bits) {
 #if MLXA_PLATFORM_NVIDIA
   uint32_t d;
@@ -412,11 +412,6 @@ constexpr int kQmvMmaThreads = kQmvMmaWaves * kMmaWave;
 #define MLXA_QMV_MMA_GROUPED 0
 #endif
 
-MLXA_DEVICE float half_of(uint32_t w, int hi, bool bf) {
-  const unsigned short v = (unsigned short)(hi ? w >> 16 : w);
-  return bf ? to_float(bfloat16{v}) : to_float(half{v});
-}
-
 // Two 4-bit values of a word, already shifted to bits 0 and 16, as two 16-bit A values:
 // 128 + q in bfloat16 (the caller takes 128 * sum x off), q in float16.
 template <typename T>
@@ -490,6 +485,12 @@ MLXA_DEVICE void qmv_mma_store(const QmvArgs& a, float (*red)[16][8], const floa
 }
 
 #if MLXA_QMV_MMA_NV
+// Value hi (0: low half, 1: high) of a word of two 16-bit scales or biases.
+MLXA_DEVICE float half_of(uint32_t w, int hi, bool bf) {
+  const unsigned short v = (unsigned short)(hi ? w >> 16 : w);
+  return bf ? to_float(bfloat16{v}) : to_float(half{v});
+}
+
 template <typename T, int G>
 struct QmvMmaStage {
   static constexpr int GPS = kQmvMmaStage / G, SW = (GPS + 1) / 2;
@@ -527,7 +528,6 @@ struct QmvMmaRows {
   const unsigned short* b0;
   const unsigned short* b1;
   const T* x;           // row g of x (quad g < M), else row 0
-  const T* x0;          // row 0 of x
   int g, t, M;
 };
 
@@ -736,7 +736,7 @@ MLXA_DEVICE void qmv_mma(const QmvArgs& a) {
     QmvMmaRows<T> r{q.w + r0 * a.w_row, q.w + r1 * a.w_row,
                     (const unsigned short*)(q.s + r0 * a.s_row), (const unsigned short*)(q.s + r1 * a.s_row),
                     (const unsigned short*)(q.b + r0 * a.b_row), (const unsigned short*)(q.b + r1 * a.b_row),
-                    q.x + (g < M ? g : 0) * a.x_row, q.x, g, t, M};
+                    q.x + (g < M ? g : 0) * a.x_row, g, t, M};
     // vector loads (w: G / 8 bytes, x: 16, a stage's scales: 512 / G) where strides (plan)
     // and base addresses allow
     const bool vec = a.w_vec && a.x_vec && aligned(q.w, G / 8) && aligned(q.x, 16) && aligned(q.s, 512 / G) &&
