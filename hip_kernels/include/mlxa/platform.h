@@ -17,6 +17,7 @@
 #define MLXA_PLATFORM_NVIDIA 1
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
+#include <cuda_bf16.h>
 #else
 #error "mlxa/platform.h needs a GPU compiler (hipcc or nvcc); host code includes mlxa/args.h only"
 #endif
@@ -28,6 +29,15 @@
 #define MLXA_HOST_DEVICE __host__ __device__ __forceinline__
 // Only the first argument (max threads per block) means the same on both vendors.
 #define MLXA_LAUNCH_BOUNDS(max_threads) __launch_bounds__(max_threads)
+// Also at least min_blocks blocks resident per SM on NVIDIA (registers capped at
+// 64K / (max_threads * min_blocks)): streaming kernels that hold a row in registers need
+// a second block loading while the first computes. AMD's second argument counts waves
+// per execution unit instead, so there the compiler keeps its own register choice.
+#if MLXA_PLATFORM_NVIDIA
+#define MLXA_LAUNCH_BOUNDS_MIN(max_threads, min_blocks) __launch_bounds__(max_threads, min_blocks)
+#else
+#define MLXA_LAUNCH_BOUNDS_MIN(max_threads, min_blocks) __launch_bounds__(max_threads)
+#endif
 
 // ---- wave size ------------------------------------------------------------------
 // Runtime: warpSize (32 on RDNA and NVIDIA, 64 on CDNA). Code that needs a constant
@@ -154,6 +164,16 @@ template <typename T> MLXA_DEVICE T atomic_min(T* p, T v) { return atomicMin(p, 
 template <typename T> MLXA_DEVICE T atomic_cas(T* p, T cmp, T v) { return atomicCAS(p, cmp, v); }
 template <typename T> MLXA_DEVICE T atomic_exch(T* p, T v) { return atomicExch(p, v); }
 
+// Register fence: x keeps its value, but the compiler must assume it changed, so values
+// it derived from x before (e.g. 16-bit elements widened to float) are not kept alive
+// across the fence; it derives them again after. For kernels that hold packed data in
+// registers and make several passes over it under a register cap.
+#if MLXA_PLATFORM_NVIDIA
+MLXA_DEVICE void reg_fence(unsigned int& x) { asm volatile("" : "+r"(x)); }
+#else
+MLXA_DEVICE void reg_fence(unsigned int& x) { __asm__ volatile("" : "+v"(x)); }
+#endif
+
 // ---- bit casts ----------------------------------------------------------------------
 MLXA_DEVICE unsigned int float_as_uint(float f) { return __float_as_uint(f); }
 MLXA_DEVICE float uint_as_float(unsigned int u) { return __uint_as_float(u); }
@@ -182,6 +202,9 @@ MLXA_DEVICE float to_float(half h) {
     return uint_as_float(((h.bits & 0x8000u) << 16) | 0x7fc00000u | ((h.bits & 0x3ffu) << 13));
   return __half2float(__ushort_as_half(h.bits));
 }
+// The hardware conversion alone: NaN stays NaN but its payload is not kept. For kernels
+// whose NaN results never carry an input's payload (softmax, reductions to a NaN row).
+MLXA_DEVICE float to_float_any_nan(half h) { return __half2float(__ushort_as_half(h.bits)); }
 MLXA_DEVICE half to_half(float f) {
   if (f != f) return half{(unsigned short)(((float_as_uint(f) >> 16) & 0x8000u) | 0x7d00u)};
   return half{__half_as_ushort(__float2half_rn(f))};
@@ -189,11 +212,18 @@ MLXA_DEVICE half to_half(float f) {
 
 // bfloat16 is the upper half of a float32, rounded to nearest even.
 MLXA_DEVICE float to_float(bfloat16 b) { return uint_as_float((unsigned int)b.bits << 16); }
+MLXA_DEVICE float to_float_any_nan(bfloat16 b) { return to_float(b); }
+// NVIDIA (sm_80+) rounds in one instruction; the bit arithmetic is ~6 integer
+// instructions, which made bf16 row kernels (norms) ALU-bound. Same result either way.
 MLXA_DEVICE bfloat16 to_bfloat16(float f) {
+  if (f != f) return bfloat16{0x7fc0};
+#if MLXA_PLATFORM_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return bfloat16{__bfloat16_as_ushort(__float2bfloat16_rn(f))};
+#else
   unsigned int u = float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bfloat16{0x7fc0};
   u += 0x7fffu + ((u >> 16) & 1u);
   return bfloat16{(unsigned short)(u >> 16)};
+#endif
 }
 
 }  // namespace mlxa

@@ -162,6 +162,56 @@ struct alignas(sizeof(T) * N) Vec {
   T v[N];
 };
 
+// V floating-point elements (float16/bfloat16/float32/float64; V * sizeof(T) a multiple
+// of 4, at most 16 bytes) held in registers as 32-bit words, each element taken out by
+// shifts where it is used. A Vec of 16-bit values gave every element a register of its
+// own, so row kernels that keep a row in registers spilled; this keeps two per register.
+template <typename T, int V>
+struct Packed {
+  static constexpr int NW = V * (int)sizeof(T) / 4;
+  static_assert(NW >= 1 && NW <= 4 && NW * 4 == V * (int)sizeof(T), "Packed: 4..16 bytes");
+  unsigned int w[NW];
+  MLXA_DEVICE T get(int j) const {
+    if constexpr (sizeof(T) == 2) return T{(unsigned short)(w[j >> 1] >> (16 * (j & 1)))};
+    else if constexpr (sizeof(T) == 4) return uint_as_float(w[j]);
+    else return __longlong_as_double((long long)(((uint64_t)w[2 * j + 1] << 32) | w[2 * j]));
+  }
+  MLXA_DEVICE void set(int j, T x) {
+    if constexpr (sizeof(T) == 2) {
+      const int sh = 16 * (j & 1);
+      w[j >> 1] = (w[j >> 1] & ~(0xffffu << sh)) | ((unsigned int)x.bits << sh);
+    } else if constexpr (sizeof(T) == 4) {
+      w[j] = float_as_uint(x);
+    } else {
+      const uint64_t u = (uint64_t)__double_as_longlong(x);
+      w[2 * j] = (unsigned int)u;
+      w[2 * j + 1] = (unsigned int)(u >> 32);
+    }
+  }
+  // the group at row[base..]: one vector load when whole and `vec` (dense and aligned),
+  // else element by element at stride es; places past n keep what they held
+  MLXA_DEVICE void load(const T* row, int base, int n, int64_t es, bool vec) {
+    if (vec && base + V <= n) {
+      const Vec<unsigned int, NW> q = *(const Vec<unsigned int, NW>*)(row + base);
+#pragma unroll
+      for (int i = 0; i < NW; ++i) w[i] = q.v[i];
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (base + j < n) set(j, row[(int64_t)(base + j) * es]);
+    }
+  }
+  // every pass over held groups widens them again instead of keeping V floats alive
+  MLXA_DEVICE void fence() {
+#pragma unroll
+    for (int i = 0; i < NW; ++i) reg_fence(w[i]);
+  }
+};
+template <typename T, int V, int K> MLXA_DEVICE void fence_all(Packed<T, V> (&g)[K]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) g[k].fence();
+}
+
 // Elements per thread for contiguous kernels: 16-byte accesses on the wider side.
 template <typename In, typename Out>
 inline constexpr int vec_width = 16 / (sizeof(In) > sizeof(Out) ? sizeof(In) : sizeof(Out));
