@@ -1,7 +1,10 @@
 // Softmax family: softmax and logsumexp along the last axis (MLX's Softmax and
 // LogSumExp primitives). Every dtype computes in float (float64 in double) and rounds
-// once on store; exp is MLX's own CPU polynomial (mlx_exp), so results follow MLX's CPU
-// build closely, float64 to the rounding of its sums.
+// once on store. exp(x - max) is 2^y with y = (x - max) * log2(e) rounded exactly as
+// MLX's CPU exp rounds it; 2^y is the hardware's exp2 (within 2 ulp; MLX's polynomial
+// took ~16 instructions an element, twice, and made these kernels compute-bound at
+// 0.2-0.6 of the copy bandwidth). float64 keeps MLX's own CPU polynomial (mlx_exp), so
+// it matches MLX to the rounding of its sums.
 //
 // Layouts (the launcher picks by row length, see runtime/ops/softmax.py):
 //   wave  one wave per row, K 16-byte groups per lane kept in registers (short rows);
@@ -48,6 +51,22 @@ MLXA_DEVICE float mlx_exp(float x) {
 }
 template <typename A> MLXA_DEVICE A exp_acc(A d) { return (A)mlx_exp((float)d); }
 
+// element -> accumulator: a 16-bit NaN's payload never reaches an output here (a NaN
+// row is NaN throughout), so float16 takes the bare hardware conversion
+template <typename A, typename T> MLXA_DEVICE A acc(T x) {
+  if constexpr (sizeof(T) == 2) return to_float_any_nan(x);
+  else return (A)x;
+}
+
+// exp(x - m), the one exp every kernel below takes (NaN in, NaN out; -inf gives 0)
+// as 2^((x - m) log2(e)), the difference taken first: an fma against a rounded m log2(e)
+// is off by |m| 2^-24 in the exponent, which overflows exp2 for |m| near 1e30 (a row of
+// 1e30s gave NaN). shift_of(m) is what exp_diff takes as m.
+MLXA_DEVICE float shift_of(float m) { return m; }
+MLXA_DEVICE float exp_diff(float x, float m) { return exp2f(__fmul_rn(x - m, 1.442695f)); }
+MLXA_DEVICE double shift_of(double m) { return m; }
+MLXA_DEVICE double exp_diff(double x, double m) { return exp_acc<double>(x - m); }
+
 MLXA_DEVICE float log_acc(float x) { return logf(x); }
 MLXA_DEVICE double log_acc(double x) { return log(x); }
 
@@ -56,6 +75,12 @@ struct MaxOp {
   template <typename A> MLXA_DEVICE A operator()(A a, A b) const {
     return a != a ? a : (b != b ? b : (a > b ? a : b));
   }
+};
+// Softmax's max may skip NaN (the hardware's max): a NaN makes the sum NaN, so its whole
+// row NaN, as MLX gives. logsumexp needs MaxOp: there a +-inf max returns as it is.
+struct FastMaxOp {
+  MLXA_DEVICE float operator()(float a, float b) const { return fmaxf(a, b); }
+  MLXA_DEVICE double operator()(double a, double b) const { return fmax(a, b); }
 };
 struct SumOp {
   template <typename A> MLXA_DEVICE A operator()(A a, A b) const { return a + b; }
@@ -113,6 +138,7 @@ MLXA_DEVICE A row_reduce(A v, Op op, A* scratch) {
 template <typename T, int W, int MODE, int K, bool LSE>
 MLXA_DEVICE void softmax_regs(const SoftmaxArgs& a) {
   using A = acc_t<T>;
+  using Max = std::conditional_t<LSE, MaxOp, FastMaxOp>;
   constexpr int V = 16 / sizeof(T);
   __shared__ A scratch[32];
   const int tpr = MODE == kWave ? W : (int)blockDim.x;
@@ -123,22 +149,30 @@ MLXA_DEVICE void softmax_regs(const SoftmaxArgs& a) {
   const int n = a.n;
   const T* in = (const T*)a.in + row_offset(a, row);
   const bool vin = a.elem_stride == 1 && ((uintptr_t)in & 15u) == 0;
-  Vec<T, V> g[K] = {};
+  // places past the row's end hold -inf: they change no max and add exp(-inf) = 0 (a row
+  // whose max is -inf is NaN either way), so the passes below need no bounds tests
+  const T pad = cast<T>(neg_inf<A>());
+  Packed<T, V> g[K];
 #pragma unroll
-  for (int k = 0; k < K; ++k) load_group<T, V>(in, (k * tpr + lane) * V, n, a.elem_stride, vin, g[k]);
+  for (int k = 0; k < K; ++k) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) g[k].set(j, pad);
+    g[k].load(in, (k * tpr + lane) * V, n, a.elem_stride, vin);
+  }
+  fence_all(g);
   A m = neg_inf<A>();
 #pragma unroll
   for (int k = 0; k < K; ++k)
 #pragma unroll
-    for (int j = 0; j < V; ++j)
-      if ((k * tpr + lane) * V + j < n) m = MaxOp{}(m, (A)widen(g[k].v[j]));
-  m = row_reduce<W, MODE>(m, MaxOp{}, scratch);
+    for (int j = 0; j < V; ++j) m = Max{}(m, acc<A>(g[k].get(j)));
+  m = row_reduce<W, MODE>(m, Max{}, scratch);
+  const A ml = shift_of(m);
+  fence_all(g);
   A s = A(0);
 #pragma unroll
   for (int k = 0; k < K; ++k)
 #pragma unroll
-    for (int j = 0; j < V; ++j)
-      if ((k * tpr + lane) * V + j < n) s += exp_acc<A>((A)widen(g[k].v[j]) - m);
+    for (int j = 0; j < V; ++j) s += exp_diff(acc<A>(g[k].get(j)), ml);
   s = row_reduce<W, MODE>(s, SumOp{}, scratch);
   if constexpr (LSE) {
     if (lane == 0) ((T*)a.out)[row] = cast<T>(lse_value(m, s));
@@ -146,13 +180,14 @@ MLXA_DEVICE void softmax_regs(const SoftmaxArgs& a) {
     const A inv = A(1) / s;
     T* out = (T*)a.out + row * (int64_t)n;
     const bool vout = ((uintptr_t)out & 15u) == 0;
+    fence_all(g);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int base = (k * tpr + lane) * V;
       if (base >= n) continue;
       Vec<T, V> o;
 #pragma unroll
-      for (int j = 0; j < V; ++j) o.v[j] = cast<T>(exp_acc<A>((A)widen(g[k].v[j]) - m) * inv);
+      for (int j = 0; j < V; ++j) o.v[j] = cast<T>(exp_diff(acc<A>(g[k].get(j)), ml) * inv);
       store_group<T, V>(out, base, n, vout, o);
     }
   }
@@ -164,33 +199,43 @@ MLXA_DEVICE void softmax_loop(const SoftmaxArgs& a) {
   using A = acc_t<T>;
   constexpr int V = 16 / sizeof(T);
   constexpr bool kExact = std::is_same_v<T, double>;
+  using Max = std::conditional_t<LSE, MaxOp, FastMaxOp>;
   __shared__ A scratch[32];
   const int64_t row = (int64_t)blockIdx.x;
   const int lane = (int)threadIdx.x, step = (int)blockDim.x * V, n = a.n;
   const int64_t es = a.elem_stride;
   const T* in = (const T*)a.in + row_offset(a, row);
   const bool vin = es == 1 && ((uintptr_t)in & 15u) == 0;
+  // online max and sum, rescaled once per group (not per element) when its max is new
   A m = neg_inf<A>(), s = A(0);
   for (int base = lane * V; base < n; base += step) {
     Vec<T, V> g = {};
     load_group<T, V>(in, base, n, es, vin, g);
+    A x[V];
+    A gm = neg_inf<A>();
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      if (base + j >= n) break;
-      const A x = (A)widen(g.v[j]);
-      if constexpr (kExact) {
-        m = MaxOp{}(m, x);
-      } else if (x != x) {
-        m = x;                                  // the row's max is NaN: s no longer matters
-      } else if (x > m) {
-        s = s * exp_acc<A>(m - x) + A(1);       // rescale to the new max
-        m = x;
-      } else if (x != neg_inf<A>()) {
-        s += exp_acc<A>(x - m);
+      x[j] = base + j < n ? acc<A>(g.v[j]) : neg_inf<A>();
+      gm = Max{}(gm, x[j]);
+    }
+    if constexpr (kExact) {
+      m = Max{}(m, gm);
+    } else {
+      const A nm = Max{}(m, gm);
+      if (nm != m) s = m == neg_inf<A>() ? A(0) : s * exp_diff(m, shift_of(nm));   // NaN nm: s is NaN
+      m = nm;
+      if (m != neg_inf<A>()) {
+        const A ml = shift_of(m);
+#pragma unroll
+        for (int j = 0; j < V; ++j) s += exp_diff(x[j], ml);
+      } else {   // every value so far is -inf (adds nothing) or NaN (which FastMaxOp skipped)
+#pragma unroll
+        for (int j = 0; j < V; ++j) s += x[j] != x[j] ? x[j] : A(0);
       }
     }
   }
-  const A M = block_reduce<W>(m, MaxOp{}, scratch);
+  const A M = block_reduce<W>(m, Max{}, scratch);
+  const A Ml = shift_of(M);
   A S;
   if constexpr (kExact) {
     s = A(0);
@@ -199,11 +244,11 @@ MLXA_DEVICE void softmax_loop(const SoftmaxArgs& a) {
       load_group<T, V>(in, base, n, es, vin, g);
 #pragma unroll
       for (int j = 0; j < V; ++j)
-        if (base + j < n) s += exp_acc<A>((A)widen(g.v[j]) - M);
+        if (base + j < n) s += exp_diff(acc<A>(g.v[j]), Ml);
     }
     S = block_reduce<W>(s, SumOp{}, scratch);
   } else {
-    S = block_reduce<W>(m == neg_inf<A>() ? A(0) : s * exp_acc<A>(m - M), SumOp{}, scratch);
+    S = block_reduce<W>(m == neg_inf<A>() ? A(0) : s * exp_diff(m, Ml), SumOp{}, scratch);
   }
   if constexpr (LSE) {
     if (lane == 0) ((T*)a.out)[row] = cast<T>(lse_value(M, S));
@@ -217,7 +262,7 @@ MLXA_DEVICE void softmax_loop(const SoftmaxArgs& a) {
       load_group<T, V>(in, base, n, es, vin, g);
 #pragma unroll
       for (int j = 0; j < V; ++j)
-        o.v[j] = cast<T>(finite ? exp_acc<A>((A)widen(g.v[j]) - M) * inv : quiet_nan<A>());
+        o.v[j] = cast<T>(finite ? exp_diff(acc<A>(g.v[j]), Ml) * inv : quiet_nan<A>());
       store_group<T, V>(out, base, n, vout, o);
     }
   }
@@ -225,8 +270,9 @@ MLXA_DEVICE void softmax_loop(const SoftmaxArgs& a) {
 
 }  // namespace mlxa::smx
 
+// 64 registers at most: the 16-bit rows widened to float took ~96 (one block per SM)
 #define MLXA_SOFTMAX_REGS(name, T, W, MODE, K, LSE)                                  \
-  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(512) name(SoftmaxArgs a) {                      \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(512, 2) name(SoftmaxArgs a) {               \
     MLXA_WAVE_KERNEL_BODY(W, (mlxa::smx::softmax_regs<T, W, MODE, K, LSE>(a)))        \
   }
 #define MLXA_SOFTMAX_LOOP(name, T, W, LSE)                                           \
