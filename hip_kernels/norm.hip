@@ -6,8 +6,9 @@
 // rounded to the output type, then times the weight (rounded), then plus the bias
 // (rounded). Layer norm takes the centred variance, mean((x - mean)^2), like MLX.
 //
-// Layouts: "r" keeps a thread's K 16-byte groups of the row in registers (one read of
-// x); "l" loops over the row and reads it again per pass (any length). A group is V
+// Layouts: "r" keeps a thread's K 16-byte groups of the row in registers, packed two
+// 16-bit values to a register (one read of x); "l" loops over the row and reads it
+// again per pass (any length). A group is V
 // elements; rows whose start is not 16-byte aligned, or a ragged last group, take the
 // element-wise path for that group.
 #include "mlxa/platform.h"
@@ -17,61 +18,53 @@
 
 namespace mlxa::norm {
 
-template <typename T, int V>
-MLXA_DEVICE void load_group(const T* p, int base, int n, bool vec, float (&f)[V]) {
-  if (vec && base + V <= n) {
-    const Vec<T, V> g = *reinterpret_cast<const Vec<T, V>*>(p + base);
-#pragma unroll
-    for (int j = 0; j < V; ++j) f[j] = (float)widen(g.v[j]);
-  } else {
-#pragma unroll
-    for (int j = 0; j < V; ++j) f[j] = base + j < n ? (float)widen(p[base + j]) : 0.0f;
-  }
-}
-
 template <typename O, int V>
-MLXA_DEVICE void store_group(O* p, int base, int n, bool vec, const float (&f)[V]) {
+MLXA_DEVICE void store_group(O* p, int base, int n, bool vec, const Vec<O, V>& g) {
   if (vec && base + V <= n) {
-    Vec<O, V> g;
-#pragma unroll
-    for (int j = 0; j < V; ++j) g.v[j] = cast<O>(f[j]);
     *reinterpret_cast<Vec<O, V>*>(p + base) = g;
   } else {
 #pragma unroll
     for (int j = 0; j < V; ++j)
-      if (base + j < n) p[base + j] = cast<O>(f[j]);
+      if (base + j < n) p[base + j] = g.v[j];
   }
 }
-
-// value rounded to O, kept as float for the next rounded step
-template <typename O> MLXA_DEVICE float round_to(float v) { return (float)widen(cast<O>(v)); }
 
 struct Sum {
   MLXA_DEVICE float operator()(float a, float b) const { return a + b; }
 };
 
-template <typename O, int V>
-MLXA_DEVICE void finish(float (&f)[V], float scale, float shift, const O* w, const O* b,
-                        int base, int n, bool vw, bool vb, int flags) {
-  // shift: the mean for layer norm, 0 for rms norm
-  float wv[V], bv[V];
-  if (flags & 1) load_group<O, V>(w, base, n, vw, wv);
-  if (flags & 2) load_group<O, V>(b, base, n, vb, bv);
+// Each step rounded to O as MLX's decomposition rounds it; the last rounding is the
+// stored value. shift: the mean for layer norm, 0 for rms norm.
+template <typename X, typename O, int V>
+MLXA_DEVICE Vec<O, V> finish(const Packed<X, V>& x, const Packed<O, V>& w, const Packed<O, V>& b,
+                             float scale, float shift, int flags) {
+  Vec<O, V> y;
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    float y = round_to<O>(__fmul_rn(f[j] - shift, scale));
-    if (flags & 1) y = round_to<O>(__fmul_rn(y, wv[j]));
-    if (flags & 2) y = round_to<O>(y + bv[j]);
-    f[j] = y;
+    O v = cast<O>(__fmul_rn((float)widen(x.get(j)) - shift, scale));
+    if (flags & 1) v = cast<O>(__fmul_rn((float)widen(v), (float)widen(w.get(j))));
+    if (flags & 2) v = cast<O>((float)widen(v) + (float)widen(b.get(j)));
+    y.v[j] = v;
   }
+  return y;
 }
 
-// K > 0: registers; K == 0: loop
+// x's (and weight's, bias's) group at `base`: zeros past the row's end
+template <typename T, int V>
+MLXA_DEVICE Packed<T, V> load_zero(const T* p, int base, int n, bool vec) {
+  Packed<T, V> g;
+#pragma unroll
+  for (int i = 0; i < Packed<T, V>::NW; ++i) g.w[i] = 0u;
+  g.load(p, base, n, 1, vec);
+  return g;
+}
+
+// K > 0: the row in registers (packed); K == 0: loop, reading x again per pass.
 template <typename X, typename O, int W, int K, bool LN>
 MLXA_DEVICE void norm_row(const NormArgs& a) {
   constexpr int V = vec_width<X, O>;
   __shared__ float scratch[512 / W];
-  const int n = a.n;
+  const int n = a.n, flags = a.flags;
   const int64_t row = blockIdx.x;
   const X* x = (const X*)a.x + row * a.row_stride;
   O* out = (O*)a.out + row * (int64_t)n;
@@ -82,16 +75,23 @@ MLXA_DEVICE void norm_row(const NormArgs& a) {
   const int step = blockDim.x * V;
   const int first = threadIdx.x * V;
   const float inv_n = 1.0f / (float)n;
+  Packed<O, V> none;
+#pragma unroll
+  for (int i = 0; i < Packed<O, V>::NW; ++i) none.w[i] = 0u;
   if constexpr (K > 0) {
-    float f[K][V];
+    Packed<X, V> xg[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) xg[k] = load_zero<X, V>(x, first + k * step, n, vx);
     float s = 0.0f;
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      load_group<X, V>(x, first + k * step, n, vx, f[k]);
+    for (int k = 0; k < K; ++k)
 #pragma unroll
-      for (int j = 0; j < V; ++j) s += LN ? f[k][j] : f[k][j] * f[k][j];
-    }
+      for (int j = 0; j < V; ++j) {
+        const float f = (float)widen(xg[k].get(j));
+        s += LN ? f : f * f;
+      }
     s = block_reduce<W>(s, Sum{}, scratch);
+    fence_all(xg);
     float mean = 0.0f;
     if constexpr (LN) {
       mean = s * inv_n;
@@ -100,26 +100,30 @@ MLXA_DEVICE void norm_row(const NormArgs& a) {
       for (int k = 0; k < K; ++k)
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const float d = first + k * step + j < n ? f[k][j] - mean : 0.0f;
+          const float d = first + k * step + j < n ? (float)widen(xg[k].get(j)) - mean : 0.0f;
           q += d * d;
         }
       s = block_reduce<W>(q, Sum{}, scratch);
+      fence_all(xg);
     }
     const float scale = rsqrtf(s * inv_n + a.eps);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int base = first + k * step;
-      if (base < n) {
-        finish<O, V>(f[k], scale, mean, w, b, base, n, vw, vb, a.flags);
-        store_group<O, V>(out, base, n, vo, f[k]);
-      }
+      if (base >= n) continue;
+      const Packed<O, V> wv = flags & 1 ? load_zero<O, V>(w, base, n, vw) : none;
+      const Packed<O, V> bv = flags & 2 ? load_zero<O, V>(b, base, n, vb) : none;
+      store_group<O, V>(out, base, n, vo, finish<X, O, V>(xg[k], wv, bv, scale, mean, flags));
     }
   } else {
-    float s = 0.0f, f[V];
+    float s = 0.0f;
     for (int base = first; base < n; base += step) {
-      load_group<X, V>(x, base, n, vx, f);
+      const Packed<X, V> g = load_zero<X, V>(x, base, n, vx);
 #pragma unroll
-      for (int j = 0; j < V; ++j) s += LN ? f[j] : f[j] * f[j];
+      for (int j = 0; j < V; ++j) {
+        const float f = (float)widen(g.get(j));
+        s += LN ? f : f * f;
+      }
     }
     s = block_reduce<W>(s, Sum{}, scratch);
     float mean = 0.0f;
@@ -127,10 +131,10 @@ MLXA_DEVICE void norm_row(const NormArgs& a) {
       mean = s * inv_n;
       float q = 0.0f;
       for (int base = first; base < n; base += step) {
-        load_group<X, V>(x, base, n, vx, f);
+        const Packed<X, V> g = load_zero<X, V>(x, base, n, vx);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const float d = base + j < n ? f[j] - mean : 0.0f;
+          const float d = base + j < n ? (float)widen(g.get(j)) - mean : 0.0f;
           q += d * d;
         }
       }
@@ -138,9 +142,10 @@ MLXA_DEVICE void norm_row(const NormArgs& a) {
     }
     const float scale = rsqrtf(s * inv_n + a.eps);
     for (int base = first; base < n; base += step) {
-      load_group<X, V>(x, base, n, vx, f);
-      finish<O, V>(f, scale, mean, w, b, base, n, vw, vb, a.flags);
-      store_group<O, V>(out, base, n, vo, f);
+      const Packed<X, V> g = load_zero<X, V>(x, base, n, vx);
+      const Packed<O, V> wv = flags & 1 ? load_zero<O, V>(w, base, n, vw) : none;
+      const Packed<O, V> bv = flags & 2 ? load_zero<O, V>(b, base, n, vb) : none;
+      store_group<O, V>(out, base, n, vo, finish<X, O, V>(g, wv, bv, scale, mean, flags));
     }
   }
 }
@@ -148,7 +153,7 @@ MLXA_DEVICE void norm_row(const NormArgs& a) {
 }  // namespace mlxa::norm
 
 #define MLXA_NORM(name, X, O, W, K, LN)                                        \
-  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(512) name(NormArgs a) {                  \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(512, 2) name(NormArgs a) {           \
     MLXA_WAVE_KERNEL_BODY(W, (mlxa::norm::norm_row<X, O, W, K, LN>(a)))        \
   }
 
