@@ -14,23 +14,29 @@ namespace mlxa::rope {
 
 template <typename T> MLXA_DEVICE float rnd(float v) { return (float)widen(cast<T>(v)); }
 
+// One work item: position l, pair (or tail element) j, heads [h0, h0 + head_chunk). The
+// angle's exp/cos/sin cost more than the item's memory traffic, so the launcher gives an
+// item several heads when there are enough items to fill the GPU without it.
 template <typename T>
 MLXA_DEVICE void rope_items(const RopeArgs& a) {
   const T* x = (const T*)a.x;
   T* out = (T*)a.out;
+  const int chunks = (a.n_heads + a.head_chunk - 1) / a.head_chunk;
   const int64_t nthreads = grid_threads<int64_t>();
   for (int64_t i = global_thread<int64_t>(); i < a.total; i += nthreads) {
     const int64_t row = i / a.items;
     const int j = (int)(i - row * a.items);
     const int l = (int)(row % a.seq);
-    const int64_t bn = row / a.seq;
-    const int h = (int)(bn % a.n_heads);
-    const int64_t bi = bn / a.n_heads;
-    const T* xr = x + bi * a.stride_b + h * a.stride_n + l * a.stride_l;
-    T* orow = out + row * (int64_t)a.d;
+    const int64_t bc = row / a.seq;
+    const int h0 = (int)(bc % chunks) * a.head_chunk;
+    const int64_t bi = bc / chunks;
+    const int h1 = min(h0 + a.head_chunk, a.n_heads);
+    const T* xb = x + bi * a.stride_b + l * a.stride_l;
+    T* ob = out + ((bi * a.n_heads) * a.seq + l) * (int64_t)a.d;
+    const int64_t out_head = (int64_t)a.seq * a.d;
     if (j >= a.half) {   // the tail beyond dims passes through
       const int k = j + a.half;
-      orow[k] = xr[k * a.stride_d];
+      for (int h = h0; h < h1; ++h) ob[h * out_head + k] = xb[h * a.stride_n + k * a.stride_d];
       continue;
     }
     const int off = ((const int32_t*)a.offset)[bi * a.offset_stride];
@@ -41,11 +47,16 @@ MLXA_DEVICE void rope_items(const RopeArgs& a) {
     const float c = rnd<T>(cosf(theta)), s = rnd<T>(sinf(theta));
     const int i1 = a.traditional ? 2 * j : j;
     const int i2 = a.traditional ? 2 * j + 1 : j + a.half;
-    const float x1 = (float)widen(xr[i1 * a.stride_d]), x2 = (float)widen(xr[i2 * a.stride_d]);
-    const float o1 = rnd<T>(rnd<T>(__fmul_rn(x1, c)) - rnd<T>(__fmul_rn(x2, s)));
-    const float o2 = rnd<T>(rnd<T>(__fmul_rn(x1, s)) + rnd<T>(__fmul_rn(x2, c)));
-    orow[i1] = cast<T>(o1);
-    orow[i2] = cast<T>(o2);
+#pragma unroll 4
+    for (int h = h0; h < h1; ++h) {
+      const T* xr = xb + h * a.stride_n;
+      T* orow = ob + h * out_head;
+      const float x1 = (float)widen(xr[i1 * a.stride_d]), x2 = (float)widen(xr[i2 * a.stride_d]);
+      const float o1 = rnd<T>(rnd<T>(__fmul_rn(x1, c)) - rnd<T>(__fmul_rn(x2, s)));
+      const float o2 = rnd<T>(rnd<T>(__fmul_rn(x1, s)) + rnd<T>(__fmul_rn(x2, c)));
+      orow[i1] = cast<T>(o1);
+      orow[i2] = cast<T>(o2);
+    }
   }
 }
 

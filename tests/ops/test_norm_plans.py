@@ -104,7 +104,7 @@ def rope_node(x, dims, trad=False, base=10000.0, scale=1.0, off=R((), "int32"), 
 def unpack_rope(st):
     v = rp._ARGS.unpack(st.tail)
     keys = ["stride_b", "stride_n", "stride_l", "stride_d", "total", "n_heads", "seq", "d", "half", "items",
-            "offset_stride", "freqs_stride", "traditional", "has_freqs", "scale", "inv_freq_log", "pad"]
+            "offset_stride", "freqs_stride", "traditional", "has_freqs", "scale", "inv_freq_log", "head_chunk"]
     return dict(zip(keys, v))
 
 
@@ -116,7 +116,7 @@ def test_rope_plans():
     assert st.kernel == "rope_g_bfloat16_bfloat16" and st.n_ptrs == 4
     assert (a["stride_b"], a["stride_n"], a["stride_l"], a["stride_d"]) == (1536, 64, 256, 1)
     assert (a["n_heads"], a["seq"], a["d"], a["half"], a["items"]) == (4, 6, 64, 16, 48)
-    assert a["total"] == 2 * 4 * 6 * 48 and a["offset_stride"] == 1
+    assert a["total"] == 2 * 4 * 6 * 48 and a["offset_stride"] == 1 and a["head_chunk"] == 1
     assert a["inv_freq_log"] == pytest.approx(math.log(10000.0) / 16, rel=1e-6)
     assert [tuple(r) for r in st.refs] == [("i", 0, 0), ("i", 1, 0), ("i", 1, 0), ("o", 0, 0)]
     # freqs, traditional, 5-d input collapses its middle dims, 3-d has N = 1
@@ -127,6 +127,12 @@ def test_rope_plans():
     assert [r.index for r in st.refs] == [0, 1, 2, 0]
     a = unpack_rope(rp.plan_node(rope_node(R((3, 5, 8), "float16"), 8), DEV32).steps[0])
     assert (a["n_heads"], a["stride_n"], a["seq"], a["offset_stride"]) == (1, 0, 5, 0)
+    # prefill-sized: items take several heads (angle once per item), the last chunk ragged
+    a = unpack_rope(rp.plan_node(rope_node(R((1, 30, 4096, 128), "bfloat16"), 128), DEV32).steps[0])
+    hc = a["head_chunk"]
+    assert hc == min(30, 30 * 4096 * 64 // rp.FILL_ITEMS) == 30
+    a = unpack_rope(rp.plan_node(rope_node(R((1, 30, 512, 128), "bfloat16"), 128), DEV32).steps[0])
+    assert a["head_chunk"] == 7 and a["total"] == 5 * 512 * 64     # 30 heads in chunks of 7: 5
     # not covered: float64, a wrong-sized offset, middle dims that do not collapse
     assert rp.plan_node(rope_node(R((2, 3, 8), "float64"), 8), DEV32) is None
     assert rp.plan_node(rope_node(R((2, 3, 8), "float32"), 8, off=R((3,), "int32")), DEV32) is None
@@ -156,7 +162,7 @@ int main() {
   F(RopeArgs, stride_n) F(RopeArgs, stride_l) F(RopeArgs, stride_d) F(RopeArgs, total)
   F(RopeArgs, n_heads) F(RopeArgs, seq) F(RopeArgs, d) F(RopeArgs, half) F(RopeArgs, items)
   F(RopeArgs, offset_stride) F(RopeArgs, freqs_stride) F(RopeArgs, traditional)
-  F(RopeArgs, has_freqs) F(RopeArgs, scale) F(RopeArgs, inv_freq_log) F(RopeArgs, pad)
+  F(RopeArgs, has_freqs) F(RopeArgs, scale) F(RopeArgs, inv_freq_log) F(RopeArgs, head_chunk)
 }
 """
 

@@ -68,3 +68,18 @@ def test_rope_nn_and_grad(gpu_runtime):
                      **TOL["float32"])
     oracle.check_gpu(lambda x: mx.grad(lambda x: (rope(x, 32) ** 2).sum())(x), x, **TOL["float32"])
     oracle.check_gpu(lambda x: rope(x, 32), mx.zeros((0, 2, 3, 32)))
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("trad", [False, True])
+def test_rope_head_chunks(gpu_runtime, dt, trad):
+    # enough (position, pair, head) items that each work item takes 2 heads (rope.head_chunk):
+    # an odd head count gives a ragged last chunk; dims < D adds tail items; per-batch
+    # offsets. Many heads rather than many positions: positions stay small, as above.
+    from mlx_amd.runtime.ops import rope as rp
+
+    B, L, H, D, dims = 2, 8, 205, 128, 96
+    assert rp.head_chunk(B, H, L, dims // 2 + D - dims) == 2
+    x = rnd((B, L, H, D), dt, 8)
+    oracle.check_gpu(lambda x, o: rope(x.transpose(0, 2, 1, 3), dims, trad, 10000.0, 1.0, o), x,
+                     mx.array([3, 9], dtype=mx.int32), prims=P, what=f"{dt} trad={trad}", **TOL[dt])

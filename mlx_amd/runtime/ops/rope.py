@@ -24,12 +24,16 @@ PRIMITIVES = {"mlx_amd::RoPE": "rope"}
 
 BLOCK = 256
 MAX_GRID = 1 << 20
+# work items that fill the GPU (H200: 132 SMs x 2048 threads = 270k); with more than
+# this many (position, pair, head) items, items take several heads each and compute the
+# angle once for them (exp, cos, sin cost more than the pair's bytes)
+FILL_ITEMS = 1 << 17
 _ARGS = struct.Struct("<qqqqq9iffi")     # RopeArgs after its four pointers
 ARG_SIZE = 32 + _ARGS.size
 ARG_FIELDS = {"x": 0, "offset": 8, "freqs": 16, "out": 24, "stride_b": 32, "stride_n": 40,
               "stride_l": 48, "stride_d": 56, "total": 64, "n_heads": 72, "seq": 76, "d": 80,
               "half": 84, "items": 88, "offset_stride": 92, "freqs_stride": 96,
-              "traditional": 100, "has_freqs": 104, "scale": 108, "inv_freq_log": 112, "pad": 116}
+              "traditional": 100, "has_freqs": 104, "scale": 108, "inv_freq_log": 112, "head_chunk": 116}
 INT32_MAX = (1 << 31) - 1
 
 
@@ -46,9 +50,14 @@ def inv_freq_log(base: float, half: int) -> float:
 
 
 def pack_args(strides, total, n_heads, seq, d, half, items, offset_stride, freqs_stride,
-              traditional, has_freqs, scale, ifl) -> bytes:
+              traditional, has_freqs, scale, ifl, head_chunk=1) -> bytes:
     return _ARGS.pack(*strides, total, n_heads, seq, d, half, items, offset_stride, freqs_stride,
-                      int(traditional), int(has_freqs), scale, ifl, 0)
+                      int(traditional), int(has_freqs), scale, ifl, head_chunk)
+
+
+def head_chunk(B, N, L, items) -> int:
+    """Heads per work item: 1 (most parallel) until there are enough items to fill the GPU."""
+    return max(1, min(N, (B * N * L * items) // FILL_ITEMS))
 
 
 def plan_node(node, device):
@@ -88,14 +97,15 @@ def plan_node(node, device):
     N = mshape[0]
     stride_n = mstr[0] if N > 1 else 0
     items = half + (D - dims)
-    total = B * N * L * items
+    hc = head_chunk(B, N, L, items)
+    total = B * (-(-N // hc)) * L * items
     if max(abs(s) for s in x.strides) * max(x.shape) > (1 << 62) or D > INT32_MAX or L > INT32_MAX \
             or N > INT32_MAX:
         return None
     strides = (x.strides[0], stride_n, x.strides[-2], x.strides[-1])
     ifl = 0.0 if has_freqs else inv_freq_log(float(base), half)
     tail = pack_args(strides, total, N, L, D, half, items, off_stride, fr_stride, bool(traditional),
-                     has_freqs, f32(float(scale)), ifl)
+                     has_freqs, f32(float(scale)), ifl, hc)
     grid = min(MAX_GRID, -(-total // BLOCK))
     refs = (inp(0), inp(1), inp(2 if has_freqs else 1), out(0))
     name = t.kernel(kt, x.dtype)
