@@ -11,9 +11,12 @@
 // and stalls on long scans, e.g. a float16 cumsum of ones at 2048; see ops/scan.py).
 //
 // Row kernel: rows along the output's innermost axis; a wave per row (short rows) or a
-// block per row chunk; each thread scans V consecutive elements (one 16-byte access
-// when aligned), waves scan thread totals with shuffles, blocks combine wave totals in
-// shared memory, and a carry runs across tiles. Long rows with few rows split into
+// block per row chunk. A tile gives each wave K x W consecutive 16-byte groups (group k
+// of lane l at k*W + l, so each load instruction is coalesced); a thread scans its V
+// elements per group, the wave scans group totals with shuffles (a running wave carry
+// over k), the block combines wave totals in shared memory once per tile, and a carry
+// runs across tiles. K groups in flight per thread and one block barrier pair per K
+// groups: with one group per tile the kernel waited on each load and each barrier. Long rows with few rows split into
 // chunks: one launch writes chunk totals, a second scans each chunk after folding the
 // totals before it. Column kernel: one thread per position of the other axes walks the
 // scan axis (coalesced along the output's inner dimensions).
@@ -249,27 +252,61 @@ MLXA_DEVICE void scan_rows(const ScanArgs& a) {
       carry = Op::combine(carry, tot);
     }
   }
-  for (int64_t t0 = lo; t0 < hi; t0 += (int64_t)tpr * V) {
-    const int64_t p0 = t0 + (int64_t)lane * V;
-    In raw[V] = {};
-    load_logical<In, V>(in, n, p0, hi, es, reverse, raw);
-    S loc[V];
+  constexpr int K = MLXA_SCAN_ROW_GROUPS(V);
+  const int wl = wave_lane<W>(), wi = wave_rows ? 0 : wave_index<W>();
+  const int nw = wave_rows ? 1 : waves_per_block<W>();
+  for (int64_t t0 = lo; t0 < hi; t0 += (int64_t)tpr * V * K) {
+    const int64_t w0 = t0 + (int64_t)wi * W * V * K;   // this wave's part of the tile
+    In raw[K][V];
 #pragma unroll
-    for (int j = 0; j < V; ++j)
-      loc[j] = p0 + j < hi ? Op::make((A)widen(raw[j]), inclusive && p0 + j == 0) : Op::identity();
+    for (int k = 0; k < K; ++k) {
 #pragma unroll
-    for (int j = 1; j < V; ++j) loc[j] = Op::combine(loc[j - 1], loc[j]);
-    S total;
-    S pre = group_exclusive<Op, W>(loc[V - 1], wave_rows, wtot, total);
-    pre = Op::combine(carry, pre);
-    if (a.mode != MLXA_SCAN_TOTALS && p0 < hi) {
-      Out o[V];
+      for (int j = 0; j < V; ++j) raw[k][j] = In{};
+      load_logical<In, V>(in, n, w0 + (int64_t)(k * W + wl) * V, hi, es, reverse, raw[k]);
+    }
+    S loc[K][V], pre[K];
+    S wcarry = Op::identity();
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const S st = inclusive ? Op::combine(pre, loc[j]) : (j == 0 ? pre : Op::combine(pre, loc[j - 1]));
-        o[j] = cast<Out>(st.v);
+    for (int k = 0; k < K; ++k) {
+      const int64_t p0 = w0 + (int64_t)(k * W + wl) * V;
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        loc[k][j] = p0 + j < hi ? Op::make((A)widen(raw[k][j]), inclusive && p0 + j == 0) : Op::identity();
+#pragma unroll
+      for (int j = 1; j < V; ++j) loc[k][j] = Op::combine(loc[k][j - 1], loc[k][j]);
+      const S inc = wave_scan<Op, W>(loc[k][V - 1]);
+      S exc, tot;
+      exc.v = wave_shfl_up<W>(inc.v, 1);
+      if (wl == 0) exc = Op::identity();
+      tot.v = wave_shfl<W>(inc.v, W - 1);
+      pre[k] = Op::combine(wcarry, exc);
+      wcarry = Op::combine(wcarry, tot);
+    }
+    // waves before this one in the tile, and the tile's total
+    S before = Op::identity(), total = wcarry;
+    if (!wave_rows) {
+      if (wl == W - 1) wtot[wi] = wcarry;
+      sync_block();
+      for (int i = 0; i < wi; ++i) before = Op::combine(before, wtot[i]);
+      total = before;
+      for (int i = wi; i < nw; ++i) total = Op::combine(total, wtot[i]);
+      sync_block();
+    }
+    const S base = Op::combine(carry, before);
+    if (a.mode != MLXA_SCAN_TOTALS) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int64_t p0 = w0 + (int64_t)(k * W + wl) * V;
+        if (p0 >= hi) continue;
+        const S b = Op::combine(base, pre[k]);
+        Out o[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const S st = inclusive ? Op::combine(b, loc[k][j]) : (j == 0 ? b : Op::combine(b, loc[k][j - 1]));
+          o[j] = cast<Out>(st.v);
+        }
+        store_logical<Out, V>(out, n, p0, hi, reverse, o);
       }
-      store_logical<Out, V>(out, n, p0, hi, reverse, o);
     }
     carry = Op::combine(carry, total);
   }

@@ -11,6 +11,9 @@
 #define MLXA_SCAN_REVERSE 1
 #define MLXA_SCAN_INCLUSIVE 2
 #define MLXA_SCAN_WAVE_ROWS 4   // row kernel: one wave per row (else one block per row chunk)
+// row kernel: 16-byte groups per thread per tile, by elements per group V (registers:
+// 16 elements of 4 bytes, 16 of 1-2 bytes widened, 4 of 8 bytes)
+#define MLXA_SCAN_ROW_GROUPS(V) ((V) == 4 ? 4 : ((V) == 2 || (V) == 8) ? 2 : 1)
 
 // modes of the row kernel
 #define MLXA_SCAN_FULL 0        // scan and write

@@ -34,7 +34,9 @@ PRIMITIVES = {"Scan": "scan"}
 MAX_DIMS = 8                 # MLXA_SCAN_MAX_DIMS
 WAVE_BLOCK = 256             # row kernel, a wave per row
 ROW_BLOCK = 512              # row kernel, a block per row (chunk)
-WAVE_ROW_GROUPS = 4          # rows of at most this many wave tiles take a wave each
+# MLXA_SCAN_ROW_GROUPS(v): 16-byte groups per row-kernel thread per tile, by elements per group
+ROW_GROUPS = {4: 4, 2: 2, 8: 2, 16: 1}
+WAVE_ROW_GROUPS = 4          # rows of at most this many groups per lane take a wave each
 STATE_BYTES = 16             # sizeof(State<A>) rounded up for every accumulator
 MAX_GRID = (1 << 31) - 1
 
@@ -120,8 +122,9 @@ def plan(op, axis, reverse, inclusive, x, out, device):
         return Plan((Launch(FAMILY, name, (grid, 1, 1), (WAVE_BLOCK, 1, 1), 0, 3, tail,
                             refs=(inp(0), _out(0), _out(0))),))
     groups = -(-n // v)
-    block = min(ROW_BLOCK, -(-groups // wave) * wave)
-    tile = ROW_BLOCK * v
+    k = ROW_GROUPS[v]
+    block = min(ROW_BLOCK, -(-(-(-groups // k)) // wave) * wave)
+    tile = ROW_BLOCK * v * k
     cus = max(1, int(device.compute_units))
     nchunks = 1
     if count < 2 * cus and n > 4 * tile:
