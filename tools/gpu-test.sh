@@ -4,7 +4,8 @@
 # kernels for it, install the package, run `pytest -m gpu`, then the benchmarks.
 #
 #   tools/gpu-test.sh [pytest args…]          e.g. tools/gpu-test.sh -x -k evaluator
-#   MLX_AMD_SKIP_TESTS=1 / MLX_AMD_SKIP_BENCH=1 leave out the tests / the benchmarks
+#   MLX_AMD_SKIP_TESTS=1 / MLX_AMD_SKIP_BENCH=1 / MLX_AMD_SKIP_EXAMPLES=1 leave out the
+#   tests / the benchmarks / the two examples (a lease short of device time)
 #   MLX_AMD_PREBUILT=1 uses (and checks) the kernels already in mlx_amd/kernels, e.g. sm_90
 #   cubins built on a CPU machine with the same nvcc and carried over (saves ~2 minutes)
 #   (e.g. to set up and then profile: MLX_AMD_SKIP_TESTS=1 MLX_AMD_SKIP_BENCH=1 tools/gpu-test.sh && ncu …)
@@ -62,11 +63,13 @@ rc=$?  # pipefail: pytest's status
 set -e
 fi
 
+if [[ -z ${MLX_AMD_SKIP_EXAMPLES:-} ]]; then
 step "example: unmodified mlx.nn training loop (mlx_amd enabled on import)"
 (cd /tmp && MLX_AMD_AUTO=1 $PY "$REPO/examples/train_mlp.py" 2>&1 | tee "$OUTDIR/train_mlp.txt") || rc=1
 
 step "example: LoRA fine-tuning with mlx-lm's own trainer, against plain MLX"
 (cd /tmp && $PY "$REPO/examples/lora.py" --compare 2>&1 | grep -v "^  .*[░█]" | tee "$OUTDIR/lora.txt") || rc=1
+fi
 
 if [[ -z ${MLX_AMD_SKIP_BENCH:-} ]]; then
   for b in benchmarks/*.py; do
