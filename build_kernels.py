@@ -137,9 +137,56 @@ def compiled_name(rel: str) -> str:
     return name[:-len(COMPRESSED_SUFFIX)] if name.endswith(COMPRESSED_SUFFIX) else name
 
 
+def parse_gpu_archs(text: str) -> list:
+    """gfx names in amdgpu-arch's or rocminfo's output, once each, in order; feature suffixes
+    (gfx90a:sramecc+:xnack-) dropped. rocminfo also lists the CPU agents, which have no gfx name."""
+    return list(dict.fromkeys(m.group(1) for m in re.finditer(r"\b(gfx[0-9a-f]+)(?::[a-z]+[+-])*(?![0-9a-z])", text)))
+
+
+def parse_compute_caps(text: str) -> list:
+    """sm_XY targets from `nvidia-smi --query-gpu=compute_cap --format=csv,noheader` lines."""
+    return list(dict.fromkeys("sm_" + m.group(1) + m.group(2) for m in re.finditer(r"^\s*(\d+)\.(\d+)\s*$", text, re.M)))
+
+
+def _tool_output(argv: list) -> str:
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return r.stdout if r.returncode == 0 else ""
+
+
+def detect_gpus() -> tuple:
+    """(supported targets, other GPUs found) on this machine, for ``--arch auto``: AMD GPUs
+    through ROCm's amdgpu-arch (rocminfo where it is missing), NVIDIA ones through
+    nvidia-smi."""
+    bases = [b for b in (os.environ.get("ROCM_PATH"), os.environ.get("HIP_PATH"), "/opt/rocm") if b]
+    found = []
+    for tool in ("amdgpu-arch", "rocminfo"):
+        cands = [shutil.which(tool)] + [os.path.join(b, d, tool) for b in bases for d in ("llvm/bin", "bin")]
+        exe = next((c for c in cands if c and os.access(c, os.X_OK)), None)
+        if exe:
+            found = parse_gpu_archs(_tool_output([exe]))
+            if found:
+                break
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        found += parse_compute_caps(_tool_output([smi, "--query-gpu=compute_cap", "--format=csv,noheader"]))
+    known = set(AMD_ARCHS) | set(NVIDIA_TARGETS)
+    return [t for t in found if t in known], [t for t in found if t not in known]
+
+
 def select_targets(arch: str | None, target: str, generic: bool) -> list:
     if target not in ("amd", "nvidia", "all"):
         raise BuildError(f"--target must be amd, nvidia or all, not {target!r}")
+    if arch == "auto":
+        # this machine's GPUs (pip install's kernel build); none is not an error there
+        chosen, other = detect_gpus()
+        if other:
+            print(f"build_kernels: no kernels for {', '.join(other)} (supported: "
+                  f"{', '.join(AMD_ARCHS + NVIDIA_TARGETS)}); name a target with --arch or MLX_AMD_ARCHS",
+                  file=sys.stderr)
+        return [t for t in chosen if target == "all" or kind_of(t) == target]
     if arch:
         names = [a.strip() for a in arch.split(",") if a.strip()]
         if not names:
@@ -1180,7 +1227,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("command", nargs="?", choices=("build", "check", "report"), default="build",
                     help="build (default), check the built kernels (table, files, AMD resources), "
                          "or report their registers, LDS, scratch, occupancy and sizes")
-    ap.add_argument("--arch", help="comma-separated targets, e.g. gfx1100,gfx942 or sm_90")
+    ap.add_argument("--arch", help="comma-separated targets, e.g. gfx1100,gfx942 or sm_90; "
+                                   "auto: this machine's GPUs (amdgpu-arch/rocminfo, nvidia-smi)")
     ap.add_argument("--target", default="all", choices=("amd", "nvidia", "all"))
     ap.add_argument("--generic", action="store_true",
                     help="also build " + ", ".join(GENERIC_ARCHS) + " (code object v6, newer runtimes only)")
@@ -1210,6 +1258,9 @@ def main(argv=None) -> int:
         if args.jobs < 1:
             raise BuildError("-j must be at least 1")
         targets = select_targets(args.arch, args.target, args.generic)
+        if args.arch == "auto" and not targets and args.command == "build":
+            proj.log("build_kernels: --arch auto found no supported GPU on this machine: nothing built")
+            return 0
         if args.clean:
             clean(proj, targets if (args.arch or args.target != "all") else None)
             proj.log("cleaned " + ("all targets" if not (args.arch or args.target != "all") else ", ".join(targets)))

@@ -3,6 +3,7 @@
 file the manifest names (each with the manifest's sha256); print its size and targets.
 
     python tools/check_wheel.py dist/mlx_amd-*.whl
+    python tools/check_wheel.py --targets gfx1100 dist/mlx_amd-*.whl   # exactly these targets
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 import zipfile
 
 
-def check(path: str) -> list:
+def check(path: str, want=None) -> list:
     problems = []
     with zipfile.ZipFile(path) as z:
         names = set(z.namelist())
@@ -38,6 +39,8 @@ def check(path: str) -> list:
                     if hashlib.sha256(data).hexdigest() != e.get(sha):
                         problems.append(f"{target}/{fam}: {member} does not match the manifest")
         targets = sorted(man.get("targets", {}))
+        if want is not None and set(targets) != set(want):
+            problems.append(f"kernel targets {targets}, expected {sorted(want)}")
     size = os.path.getsize(path)
     print(f"{os.path.basename(path)}: {size / 2**20:.1f} MiB, kernels {kernels_bytes / 2**20:.1f} MiB "
           f"(compressed) for {len(targets)} targets: {', '.join(targets)}")
@@ -45,9 +48,12 @@ def check(path: str) -> list:
 
 
 if __name__ == "__main__":
+    args, want = sys.argv[1:], None
+    if args[:1] == ["--targets"] and len(args) > 1:
+        want, args = args[1].split(","), args[2:]
     bad = []
-    for p in sys.argv[1:]:
-        bad += check(p)
+    for p in args:
+        bad += check(p, want)
     for b in bad:
         print(f"check_wheel: {b}", file=sys.stderr)
-    sys.exit(1 if bad or not sys.argv[1:] else 0)
+    sys.exit(1 if bad or not args else 0)

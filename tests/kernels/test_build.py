@@ -108,6 +108,41 @@ def test_select_targets_filters():
     assert bk.select_targets(" gfx1103 ,gfx1103", "all", False) == ["gfx1103"]  # any arch the compiler knows
 
 
+def _fake_tools(tmp_path, monkeypatch, **outputs):
+    """Executables named like the GPU query tools, printing the given text, alone on PATH."""
+    for name, text in outputs.items():
+        exe = tmp_path / name
+        exe.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write({text!r})\n")
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "no-rocm"))
+    monkeypatch.delenv("HIP_PATH", raising=False)
+
+
+def test_arch_auto_takes_this_machines_gpus(tmp_path, monkeypatch, capsys):
+    # amdgpu-arch (ROCm's LLVM) names each GPU, features appended; nvidia-smi gives compute caps
+    _fake_tools(tmp_path, monkeypatch, **{"amdgpu-arch": "gfx1100\ngfx90a:sramecc+:xnack-\ngfx1036\n",
+                                          "nvidia-smi": "9.0\n"})
+    assert bk.select_targets("auto", "all", False) == ["gfx1100", "gfx90a", "sm_90"]
+    assert "no kernels for gfx1036" in capsys.readouterr().err      # an iGPU we do not build for
+    assert bk.select_targets("auto", "amd", False) == ["gfx1100", "gfx90a"]
+
+
+def test_arch_auto_reads_rocminfo_without_amdgpu_arch(tmp_path, monkeypatch):
+    _fake_tools(tmp_path, monkeypatch, rocminfo=(
+        "Agent 1\n  Name:                    AMD Ryzen 9 7950X 16-Core Processor\n"
+        "Agent 2\n  Name:                    gfx1201\n  Marketing Name:          AMD Radeon RX 9070 XT\n"
+        "  ISA 1\n      Name:                    amdgcn-amd-amdhsa--gfx1201\n"))
+    assert bk.detect_gpus() == (["gfx1201"], [])
+
+
+def test_arch_auto_without_a_gpu_builds_nothing(tmp_path, monkeypatch, tiny, capsys):
+    _fake_tools(tmp_path, monkeypatch)
+    assert bk.detect_gpus() == ([], [])
+    assert bk.main(["--root", str(tiny), "--arch", "auto", "-q"]) == 0   # pip install goes on without kernels
+    assert not (tiny / "mlx_amd" / "kernels" / "manifest.json").exists()
+
+
 @pytest.mark.parametrize("arch, target, msg", [
     ("gfx1100", "nvidia", "no nvidia target"),
     ("rx7900", "all", "unknown target 'rx7900'"),
