@@ -87,9 +87,11 @@ class Modules:
                 m = json.loads(path.read_text())
             except FileNotFoundError:
                 raise KernelsUnavailable(
-                    f"no kernels built: {path} does not exist; build them with "
-                    f"`python build_kernels.py` (or `--arch {self.props.arch}` for this GPU only)",
-                    self.props.arch) from None
+                    f"no kernels built: {path} does not exist; reinstall from the checkout with ROCm's "
+                    f"hipcc present (`pip install -v .` builds them for this machine's GPUs) or with "
+                    f"`MLX_AMD_ARCHS={self.props.arch} pip install -v .`, or build them in the checkout "
+                    f"with `python build_kernels.py --arch {self.props.arch}` and point MLX_AMD_KERNEL_DIR "
+                    f"at its mlx_amd/kernels", self.props.arch) from None
             except (OSError, ValueError) as e:
                 raise KernelsUnavailable(f"no kernels: cannot read {path}: {e}", self.props.arch) from e
             if not isinstance(m, dict):
