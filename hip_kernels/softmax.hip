@@ -58,13 +58,11 @@ template <typename A, typename T> MLXA_DEVICE A acc(T x) {
   else return (A)x;
 }
 
-// exp(x - m), the one exp every kernel below takes (NaN in, NaN out; -inf gives 0)
-// as 2^((x - m) log2(e)), the difference taken first: an fma against a rounded m log2(e)
+// exp(x - m), the one exp every kernel below takes (NaN in, NaN out; -inf gives 0), as
+// 2^((x - m) log2(e)) with the difference taken first: an fma against a rounded m log2(e)
 // is off by |m| 2^-24 in the exponent, which overflows exp2 for |m| near 1e30 (a row of
-// 1e30s gave NaN). shift_of(m) is what exp_diff takes as m.
-MLXA_DEVICE float shift_of(float m) { return m; }
+// 1e30s gave NaN).
 MLXA_DEVICE float exp_diff(float x, float m) { return exp2f(__fmul_rn(x - m, 1.442695f)); }
-MLXA_DEVICE double shift_of(double m) { return m; }
 MLXA_DEVICE double exp_diff(double x, double m) { return exp_acc<double>(x - m); }
 
 MLXA_DEVICE float log_acc(float x) { return logf(x); }
@@ -166,13 +164,12 @@ MLXA_DEVICE void softmax_regs(const SoftmaxArgs& a) {
 #pragma unroll
     for (int j = 0; j < V; ++j) m = Max{}(m, acc<A>(g[k].get(j)));
   m = row_reduce<W, MODE>(m, Max{}, scratch);
-  const A ml = shift_of(m);
   fence_all(g);
   A s = A(0);
 #pragma unroll
   for (int k = 0; k < K; ++k)
 #pragma unroll
-    for (int j = 0; j < V; ++j) s += exp_diff(acc<A>(g[k].get(j)), ml);
+    for (int j = 0; j < V; ++j) s += exp_diff(acc<A>(g[k].get(j)), m);
   s = row_reduce<W, MODE>(s, SumOp{}, scratch);
   if constexpr (LSE) {
     if (lane == 0) ((T*)a.out)[row] = cast<T>(lse_value(m, s));
@@ -187,7 +184,7 @@ MLXA_DEVICE void softmax_regs(const SoftmaxArgs& a) {
       if (base >= n) continue;
       Vec<T, V> o;
 #pragma unroll
-      for (int j = 0; j < V; ++j) o.v[j] = cast<T>(exp_diff(acc<A>(g[k].get(j)), ml) * inv);
+      for (int j = 0; j < V; ++j) o.v[j] = cast<T>(exp_diff(acc<A>(g[k].get(j)), m) * inv);
       store_group<T, V>(out, base, n, vout, o);
     }
   }
@@ -222,12 +219,11 @@ MLXA_DEVICE void softmax_loop(const SoftmaxArgs& a) {
       m = Max{}(m, gm);
     } else {
       const A nm = Max{}(m, gm);
-      if (nm != m) s = m == neg_inf<A>() ? A(0) : s * exp_diff(m, shift_of(nm));   // NaN nm: s is NaN
+      if (nm != m) s = m == neg_inf<A>() ? A(0) : s * exp_diff(m, nm);   // NaN nm: s is NaN
       m = nm;
       if (m != neg_inf<A>()) {
-        const A ml = shift_of(m);
 #pragma unroll
-        for (int j = 0; j < V; ++j) s += exp_diff(x[j], ml);
+        for (int j = 0; j < V; ++j) s += exp_diff(x[j], m);
       } else {   // every value so far is -inf (adds nothing) or NaN (which FastMaxOp skipped)
 #pragma unroll
         for (int j = 0; j < V; ++j) s += x[j] != x[j] ? x[j] : A(0);
@@ -235,7 +231,6 @@ MLXA_DEVICE void softmax_loop(const SoftmaxArgs& a) {
     }
   }
   const A M = block_reduce<W>(m, Max{}, scratch);
-  const A Ml = shift_of(M);
   A S;
   if constexpr (kExact) {
     s = A(0);
@@ -244,11 +239,11 @@ MLXA_DEVICE void softmax_loop(const SoftmaxArgs& a) {
       load_group<T, V>(in, base, n, es, vin, g);
 #pragma unroll
       for (int j = 0; j < V; ++j)
-        if (base + j < n) s += exp_diff(acc<A>(g.v[j]), Ml);
+        if (base + j < n) s += exp_diff(acc<A>(g.v[j]), M);
     }
     S = block_reduce<W>(s, SumOp{}, scratch);
   } else {
-    S = block_reduce<W>(m == neg_inf<A>() ? A(0) : s * exp_diff(m, Ml), SumOp{}, scratch);
+    S = block_reduce<W>(m == neg_inf<A>() ? A(0) : s * exp_diff(m, M), SumOp{}, scratch);
   }
   if constexpr (LSE) {
     if (lane == 0) ((T*)a.out)[row] = cast<T>(lse_value(M, S));
@@ -262,7 +257,7 @@ MLXA_DEVICE void softmax_loop(const SoftmaxArgs& a) {
       load_group<T, V>(in, base, n, es, vin, g);
 #pragma unroll
       for (int j = 0; j < V; ++j)
-        o.v[j] = cast<T>(finite ? exp_diff(acc<A>(g.v[j]), Ml) * inv : quiet_nan<A>());
+        o.v[j] = cast<T>(finite ? exp_diff(acc<A>(g.v[j]), M) * inv : quiet_nan<A>());
       store_group<T, V>(out, base, n, vout, o);
     }
   }
