@@ -52,9 +52,7 @@ MLXA_DEVICE Vec<O, V> finish(const Packed<X, V>& x, const Packed<O, V>& w, const
 // x's (and weight's, bias's) group at `base`: zeros past the row's end
 template <typename T, int V>
 MLXA_DEVICE Packed<T, V> load_zero(const T* p, int base, int n, bool vec) {
-  Packed<T, V> g;
-#pragma unroll
-  for (int i = 0; i < Packed<T, V>::NW; ++i) g.w[i] = 0u;
+  Packed<T, V> g{};
   g.load(p, base, n, 1, vec);
   return g;
 }
@@ -75,9 +73,7 @@ MLXA_DEVICE void norm_row(const NormArgs& a) {
   const int step = blockDim.x * V;
   const int first = threadIdx.x * V;
   const float inv_n = 1.0f / (float)n;
-  Packed<O, V> none;
-#pragma unroll
-  for (int i = 0; i < Packed<O, V>::NW; ++i) none.w[i] = 0u;
+  const Packed<O, V> none{};   // weight/bias groups when there is none (unused then)
   if constexpr (K > 0) {
     Packed<X, V> xg[K];
 #pragma unroll
