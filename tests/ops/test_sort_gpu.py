@@ -88,8 +88,8 @@ def assert_exact(fn, x, prim):
 # ---------------------------------------------------------------- block path
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape,axis", [((1000,), 0), ((37, 65), 1), ((37, 65), 0), ((5, 3, 129), -1),
-                                        ((4, 4096), 1), ((2, 3, 1), 2), ((7, 2), 1)])
-def test_sort_argsort_block(gpu_runtime, dtype, shape, axis):
+                                        ((4, 4096), 1), ((3, 3000), 1), ((2, 3, 1), 2), ((7, 2), 1)])
+def test_sort_argsort_block(gpu_runtime, wave, dtype, shape, axis):
     x = data(dtype, shape, seed=len(shape) + axis)
     assert_exact(lambda a: mx.sort(a, axis=axis), x, "Sort")
     assert_exact(lambda a: mx.argsort(a, axis=axis), x, "ArgSort")
@@ -132,7 +132,18 @@ def test_sort_argsort_radix(gpu_runtime, wave, dtype):
     assert_exact(lambda a: mx.argsort(a, axis=1), x, "ArgSort")
 
 
-@pytest.mark.parametrize("shape,axis", [((1 << 20,), 0), ((5000, 3), 0), ((2, 12289, 2), 1)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_radix_subtiles(gpu_runtime, wave, dtype):
+    """Rows long enough that each radix block walks several sub-tiles (the count of them
+    scales with the rows' total size against the device's multiprocessors), the last
+    range partial."""
+    x = data(dtype, (2, (1 << 21) + 77), seed=12)
+    assert_exact(lambda a: mx.sort(a, axis=1), x, "Sort")
+    assert_exact(lambda a: mx.argsort(a, axis=1), x, "ArgSort")
+
+
+@pytest.mark.parametrize("shape,axis", [((1 << 20,), 0), ((5000, 3), 0), ((2, 12289, 2), 1),
+                                        (((1 << 22) + 1000,), 0)])
 def test_radix_shapes(gpu_runtime, wave, shape, axis):
     rng = np.random.default_rng(5)
     x = mx.array(rng.standard_normal(shape).astype(np.float32))

@@ -3,6 +3,7 @@ the argument blobs against hip_kernels/include/mlxa/sort_args.h, path and tile c
 and the radix plan's steps run by a Python model of each kernel (what the kernels
 compute, from the blobs and refs the plan hands them) against MLX's argsort."""
 
+import dataclasses
 import os
 import shutil
 import struct
@@ -94,13 +95,13 @@ def node(prim, params, x: Layout, out_dtype=None):
     return Node(prim, params, (x,), (o,))
 
 
-@pytest.mark.parametrize("n,tile,threads", [(1, 512, 256), (8, 512, 256), (512, 512, 256),
-                                            (513, 2048, 512), (2048, 2048, 512), (3000, 4096, 512),
+@pytest.mark.parametrize("n,tile,threads", [(1, 512, 128), (8, 512, 128), (512, 512, 128),
+                                            (513, 2048, 256), (2048, 2048, 256), (3000, 4096, 512),
                                             (4096, 4096, 512)])
 def test_block_tiles(n, tile, threads):
     plan = srt.plan_node(node("Sort", (1,), R((10, n), "float32")), DEV)
     (launch,) = plan.steps
-    assert launch.kernel == f"sort_block_sort_u32_t{tile}" and kt.has_kernel("sort", launch.kernel)
+    assert launch.kernel == f"sort_block_sort_u32_t{tile}_w64" and kt.has_kernel("sort", launch.kernel)
     assert launch.block == (threads, 1, 1)
     seg = srt.next_pow2(n)
     assert launch.grid[0] == -(-10 // (tile // seg))
@@ -115,7 +116,7 @@ def test_block_axis_layout():
     f = struct.unpack_from(srt._ROWS.format, launch.tail)
     rows, axis_stride, inner = f[:3]
     assert (rows, axis_stride, inner) == (20, 20, 5)
-    assert launch.kernel == "sort_block_arg_u16_t512"
+    assert launch.kernel == "sort_block_arg_u16_t512_w64"
 
 
 @pytest.mark.parametrize("bad", [
@@ -150,8 +151,9 @@ def test_radix_steps(prim, dtype, pay):
 
 
 # ---------------------------------------------------------------- radix plan, modelled
-def _model(plan, x: np.ndarray, out_dtype, n_out):
+def _model(plan, x: np.ndarray, out_dtype, n_out, seen_subtiles=None):
     """Run the plan's steps with Python models of the kernels; buffers are numpy arrays."""
+    seen_subtiles = set() if seen_subtiles is None else seen_subtiles
     temps = [None] * len(plan.temps)
     out = np.zeros(n_out, dtype=out_dtype)
     bufs = {"i": [x], "o": [out], "t": temps}
@@ -190,7 +192,7 @@ def _model(plan, x: np.ndarray, out_dtype, n_out):
             tb[ti] = c.sum(1).astype(np.uint32)
             cb[ci] = (np.cumsum(c, 1) - c).astype(np.uint32)
         elif name.startswith("sort_scatter_"):
-            n, inner, kx, tiles, shift, flags, _ = struct.unpack(srt._SCATTER.format, st.tail)
+            n, inner, kx, tiles, shift, flags, subtiles = struct.unpack(srt._SCATTER.format, st.tail)
             refs = [get(r) for r in st.refs]
             keys = refs[0][0][refs[0][1]]
             vals = np.arange(n, dtype=np.uint32) if flags & srt.RADIX_IOTA else (
@@ -199,8 +201,11 @@ def _model(plan, x: np.ndarray, out_dtype, n_out):
             start = np.cumsum(totals) - totals
             d = ((keys.astype(np.uint64) >> np.uint64(shift)) & np.uint64(255)).astype(np.int64)
             parts = name.split("_")
-            tile = kt.table("sort").radix_tile(parts[2], None if parts[3] == "none" else parts[3],
-                                               int(parts[4][1:]))
+            # a block ranks its range sub-tile by sub-tile, in order: one stable range
+            tile = subtiles * kt.table("sort").radix_tile(parts[2], None if parts[3] == "none" else parts[3],
+                                                          int(parts[4][1:]))
+            assert tiles == -(-n // tile) and subtiles >= 1
+            seen_subtiles.add(subtiles)
             pos = np.empty(n, np.int64)
             for t in range(tiles):
                 sl = slice(t * tile, min(n, (t + 1) * tile))
@@ -236,7 +241,9 @@ def _model(plan, x: np.ndarray, out_dtype, n_out):
 
 @pytest.mark.parametrize("dtype", ["float32", "int32", "uint32"])
 @pytest.mark.parametrize("arg", [True, False])
-def test_radix_plan_model(dtype, arg):
+@pytest.mark.parametrize("cus", [100, 1])
+def test_radix_plan_model(dtype, arg, cus):
+    """cus=1: few blocks, each walking several sub-tiles (the last range partial)."""
     rng = np.random.default_rng(1)
     n = 9000
     if dtype == "float32":
@@ -247,8 +254,11 @@ def test_radix_plan_model(dtype, arg):
         x = rng.integers(-300, 300, n).astype(dtype)
     a = mx.array(x)
     prim = "ArgSort" if arg else "Sort"
-    plan = srt.plan_node(node(prim, (0,), R((n,), dtype)), DEV)
-    got = _model(plan, x, np.uint32 if arg else x.dtype, n)
+    dev = dataclasses.replace(DEV, compute_units=cus)
+    plan = srt.plan_node(node(prim, (0,), R((n,), dtype)), dev)
+    seen = set()
+    got = _model(plan, x, np.uint32 if arg else x.dtype, n, seen)
+    assert seen == {1} if cus == 100 else min(seen) > 1   # 9000 = 8 full sub-tiles + part
     ref = np.array(mx.argsort(a)) if arg else np.array(mx.sort(a))
     np.testing.assert_array_equal(got.view(UINT[got.dtype.itemsize]), ref.view(UINT[ref.dtype.itemsize]))
 
@@ -275,7 +285,7 @@ _FIELDS = {
     "RadixCountArgs": ["keys", "counts", "n", "tiles", "shift", "tile_size", "pad_"],
     "RadixScanArgs": ["counts", "totals", "tiles", "pad_"],
     "RadixScatterArgs": ["keys_in", "vals_in", "keys_out", "vals_out", "counts", "totals", "n",
-                         "out_inner", "key_xor", "tiles", "shift", "flags", "pad_"],
+                         "out_inner", "key_xor", "tiles", "shift", "flags", "subtiles"],
     "SearchSortedArgs": ["a", "v", "out", "count", "a_stride", "v_strides", "v_shape", "v_ndim",
                          "a_size", "kind", "right", "abs_inf"],
 }

@@ -68,7 +68,7 @@ struct RadixCountArgs {
   int64_t n;
   int32_t tiles;
   int32_t shift;
-  int32_t tile_size;          // elements per tile, the scatter kernel's TILE
+  int32_t tile_size;          // elements per tile: the scatter's sub-tile times subtiles
   int32_t pad_;
 };
 
@@ -98,7 +98,7 @@ struct RadixScatterArgs {
   int32_t tiles;
   int32_t shift;
   int32_t flags;
-  int32_t pad_;
+  int32_t subtiles;           // sub-tiles per block (radix_tile elements each)
 };
 
 // SearchSorted: out[i] = insertion point of v(i) in the 1-D sorted a (uint32).

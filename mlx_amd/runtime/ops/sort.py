@@ -134,11 +134,11 @@ def plan_node(node, device):
         return None
     key = _table().SIZE_NAME[SIZES[x.dtype]]
     if n <= _table().BLOCK_MAX:
-        return _plan_block(op, key, n, rows, rows_blob)
+        return _plan_block(op, key, n, rows, rows_blob, device)
     return _plan_radix(op, key, x.dtype, n, rows, out_inner, rows_blob, device)
 
 
-def _plan_block(op, key, n, rows, rows_blob):
+def _plan_block(op, key, n, rows, rows_blob, device):
     t = _table()
     seg = next_pow2(n)
     tile = min(tl for tl in t.BLOCK_TILES if tl >= seg)
@@ -146,7 +146,7 @@ def _plan_block(op, key, n, rows, rows_blob):
     grid = -(-rows // per_block)
     if grid >= 2**31:
         return None
-    name = t.block_name(op, key, tile)
+    name = t.block_name(op, key, tile, wave_width(device))
     tail = rows_blob + _BLOCK_TAIL.pack(seg, 0, 0, 0)
     return Plan((Launch(FAMILY, name, (grid, 1, 1), (t.BLOCK_TILES[tile], 1, 1), 0, 2, tail),))
 
@@ -169,14 +169,18 @@ def _plan_radix(op, key, dtype, n, rows, out_inner, rows_blob, device):
     pay = radix_payload(op, dtype)
     ksz = SIZES[dtype]
     psz = {None: 0, "u16": 2, "u32": 4, "u64": 8}[pay]
-    tile = t.radix_tile(key, pay, w)
+    sub = t.radix_tile(key, pay, w)
+    cap = max(1, int(device.compute_units)) * 8
+    # a block walks `subtiles` sub-tiles in order: few enough blocks that the per-range
+    # counts stay small, enough (~4 per multiprocessor) to keep the device busy
+    subtiles = max(1, min(16, -(-rows * n // (sub * cap // 2)), -(-n // sub)))
+    tile = sub * subtiles
     tiles = -(-n // tile)
     total = rows * n
     passes = ksz                            # 8 bits a pass
     temps = [total * ksz, total * ksz]      # t0, t1: keys ping-pong
     temps += [max(total * psz, 16), max(total * psz, 16)]   # t2, t3: payload ping-pong
     temps += [rows * 256 * tiles * 4, rows * 256 * 4]       # t4 counts, t5 totals
-    cap = max(1, int(device.compute_units)) * 8
     kblocks = max(1, min(-(-n // 256), max(1, cap // rows)))
     steps = [Launch(FAMILY, t.keys_name(key), (kblocks, rows, 1), (256, 1, 1), 0, 3,
                       _KEYS_HEAD.pack(1 if pay and op != "arg" else 0, 0) + rows_blob,
@@ -200,7 +204,7 @@ def _plan_radix(op, key, dtype, n, rows, out_inner, rows_blob, device):
             kout, vout = tmp(dst), tmp(2 + dst)
         refs = (tmp(src), tmp(2 + src), kout, vout, tmp(4), tmp(5))
         steps.append(Launch(FAMILY, t.scatter_name(key, pay, w), (tiles, rows, 1), (256, 1, 1), 0, 6,
-                            _SCATTER.pack(n, out_inner, key_xor, tiles, shift, flags, 0), refs=refs))
+                            _SCATTER.pack(n, out_inner, key_xor, tiles, shift, flags, subtiles), refs=refs))
     return Plan(tuple(steps), temps=tuple(temps))
 
 
