@@ -16,9 +16,12 @@
 // elements per group, the wave scans group totals with shuffles (a running wave carry
 // over k), the block combines wave totals in shared memory once per tile, and a carry
 // runs across tiles. K groups in flight per thread and one block barrier pair per K
-// groups: with one group per tile the kernel waited on each load and each barrier. Long rows with few rows split into
-// chunks: one launch writes chunk totals, a second scans each chunk after folding the
-// totals before it. Column kernel: one thread per position of the other axes walks the
+// groups: with one group per tile the kernel waited on each load and each barrier. Long
+// rows with few rows split into chunks of one tile, scanned in a single pass: each block
+// takes the next chunk (an atomic ticket), publishes its total and looks back over the
+// row's earlier chunks for its prefix (decoupled look-back; a launch before it clears the
+// status). Reading each element once and writing it once, where the two-pass variant
+// (chunk totals, then each chunk after folding the totals before it) read it twice. Column kernel: one thread per position of the other axes walks the
 // scan axis (coalesced along the output's inner dimensions).
 #include <limits>
 
@@ -215,6 +218,74 @@ MLXA_DEVICE void store_logical(Out* out, int64_t n, int64_t p0, int64_t hi, bool
   }
 }
 
+// ---- decoupled look-back ----------------------------------------------------------------
+// Look-back status of the row chunks: flag 0 nothing yet, 1 aggregate (the chunk's own
+// total) published, 2 inclusive prefix (everything up to and including the chunk).
+template <typename S>
+struct Status {
+  uint32_t* flag;
+  S* agg;
+  S* inc;
+  MLXA_DEVICE Status(void* base, int64_t count) {
+    char* b = static_cast<char*>(base);
+    flag = reinterpret_cast<uint32_t*>(b + 16);
+    agg = reinterpret_cast<S*>(b + 16 + ((count * 4 + 15) & ~int64_t(15)));
+    inc = reinterpret_cast<S*>(reinterpret_cast<char*>(agg) + count * 16);
+  }
+};
+
+template <typename S>
+MLXA_DEVICE void publish(S* slot, uint32_t* flag, S v, uint32_t f) {
+  *slot = v;
+  __threadfence();                // the value before the flag that announces it (device scope)
+  atomic_exch(flag, f);
+}
+
+// Exclusive prefix of chunk `c` of its row (slot: its status index), given its total:
+// the first wave publishes the total, then walks back over the row's earlier chunks a
+// wave at a time (lane order = position order), waiting for each to publish, combining
+// aggregates back to the nearest inclusive prefix. Every thread gets the result.
+template <typename Op, int W, typename S>
+MLXA_DEVICE S lookback_prefix(const Status<S>& st, int64_t slot, int64_t c, S total, S* bcast) {
+  if (wave_index<W>() == 0) {
+    const int l = wave_lane<W>();
+    S excl = Op::identity();
+    if (c == 0) {
+      if (l == 0) publish(&st.inc[slot], &st.flag[slot], total, 2u);
+    } else {
+      if (l == 0) publish(&st.agg[slot], &st.flag[slot], total, 1u);
+      for (int64_t last = c - 1;; last -= W) {
+        const int64_t p = last - (W - 1) + l;     // lane W-1: the nearest chunk
+        uint32_t f = 2u;                          // before the row: identity, complete
+        if (p >= 0) {
+          const volatile uint32_t* fp = &st.flag[slot - c + p];
+          do {
+            f = *fp;
+          } while (f == 0u);
+        }
+        __threadfence();                          // the flag before the value it announces
+        S v = Op::identity();
+        if (p >= 0) {
+          const S* src = f == 2u ? &st.inc[slot - c + p] : &st.agg[slot - c + p];
+          v.v = *reinterpret_cast<const volatile typename Op::Acc*>(&src->v);
+        }
+        const unsigned long long m = wave_ballot<W>(f == 2u);
+        const int stop = m ? 63 - __clzll(m) : -1;   // the nearest complete one
+        if (l < stop) v = Op::identity();         // inside that prefix already
+        const S in_order = wave_scan<Op, W>(v);
+        S window;
+        window.v = wave_shfl<W>(in_order.v, W - 1);
+        excl = Op::combine(window, excl);
+        if (m != 0ull) break;
+      }
+      if (l == 0) publish(&st.inc[slot], &st.flag[slot], Op::combine(excl, total), 2u);
+    }
+    if (l == 0) *bcast = excl;
+  }
+  sync_block();
+  return *bcast;
+}
+
 // ---- row kernel ------------------------------------------------------------------------
 template <typename Op, typename In, typename Out, int W>
 MLXA_DEVICE void scan_rows(const ScanArgs& a) {
@@ -222,6 +293,15 @@ MLXA_DEVICE void scan_rows(const ScanArgs& a) {
   using S = State<A>;
   constexpr int V = 16 / (sizeof(In) > sizeof(Out) ? sizeof(In) : sizeof(Out));
   __shared__ S wtot[32];
+  __shared__ S prefix_s;
+  __shared__ uint32_t ticket_s;
+  if (a.mode == MLXA_SCAN_CLEAR) {
+    const int64_t words = 4 + a.rows * a.nchunks;   // the ticket's 16 bytes, then the flags
+    for (int64_t i = global_thread<int64_t>(); i < words; i += grid_threads<int64_t>())
+      static_cast<uint32_t*>(a.totals)[i] = 0u;
+    return;
+  }
+  const bool lookback = a.mode == MLXA_SCAN_LOOKBACK;
   const bool wave_rows = (a.flags & MLXA_SCAN_WAVE_ROWS) != 0;
   const bool reverse = (a.flags & MLXA_SCAN_REVERSE) != 0;
   const bool inclusive = (a.flags & MLXA_SCAN_INCLUSIVE) != 0;
@@ -231,6 +311,13 @@ MLXA_DEVICE void scan_rows(const ScanArgs& a) {
   if (wave_rows) {
     row = (int64_t)blockIdx.x * waves_per_block<W>() + wave_index<W>();
     if (row >= a.rows) return;   // the whole wave: wave rows never synchronise the block
+  } else if (lookback) {
+    // chunks in the order blocks start, not blockIdx: every chunk a block waits for
+    // belongs to a block that started earlier, whatever order the hardware runs them in
+    if (threadIdx.x == 0) ticket_s = atomic_add(static_cast<uint32_t*>(a.totals), 1u);
+    sync_block();
+    row = (int64_t)ticket_s / a.nchunks;
+    chunk_id = (int64_t)ticket_s % a.nchunks;
   } else {
     row = (int64_t)blockIdx.x / a.nchunks;
     chunk_id = (int64_t)blockIdx.x % a.nchunks;
@@ -292,6 +379,9 @@ MLXA_DEVICE void scan_rows(const ScanArgs& a) {
       for (int i = wi; i < nw; ++i) total = Op::combine(total, wtot[i]);
       sync_block();
     }
+    if (lookback)   // a chunk is one tile: its total is known before anything is written
+      carry = lookback_prefix<Op, W>(Status<S>(a.totals, a.rows * a.nchunks), row * a.nchunks + chunk_id,
+                                     chunk_id, total, &prefix_s);
     const S base = Op::combine(carry, before);
     if (a.mode != MLXA_SCAN_TOTALS) {
 #pragma unroll

@@ -132,11 +132,28 @@ def test_layouts(gpu_runtime, wave, op):
 
 
 @pytest.mark.parametrize("dtype,shape", [("float32", (2, 100000)), ("int32", (1, 300001)), ("float64", (3, 70000)),
-                                         ("uint8", (1, 200000)), ("int64", (2, 90001))])
-def test_long_rows_split(gpu_runtime, wave, dtype, shape):
-    for op in ("sum", "max", "min") if dtype != "float64" else ("sum", "max", "logaddexp"):
-        x = data(op, dtype, shape, 1, seed=7)
-        run_case(op, dtype, x, 1, f"{op} {dtype} {shape}")
+                                         ("uint8", (1, 200000)), ("int64", (2, 90001)), ("float32", (1, 1 << 22)),
+                                         ("bfloat16", (5, 123457))])
+@pytest.mark.parametrize("single_pass", [True, False], ids=["lookback", "two-pass"])
+def test_long_rows_split(gpu_runtime, wave, dtype, shape, single_pass, monkeypatch):
+    """Few long rows, split into chunks: one pass with decoupled look-back (hundreds of
+    chunks per row waiting on each other) and the two-pass variant."""
+    from mlx_amd.runtime.ops import scan as sc
+
+    monkeypatch.setattr(sc, "SINGLE_PASS", single_pass)
+    ev = gpu_runtime.evaluator
+    ev.plans.clear()
+    ev.drop_programs()      # nor a recorded program of the other variant replays here
+    try:
+        for op in ("sum", "max", "min") if dtype != "float64" else ("sum", "max", "logaddexp"):
+            x = data(op, dtype, shape, 1, seed=7)
+            run_case(op, dtype, x, 1, f"{op} {dtype} {shape}", sixteen_bit_ref=dtype == "bfloat16")
+        if dtype == "float32" and shape[1] > 1000000:
+            x = data("logaddexp", dtype, shape, 1, seed=8)
+            run_case("logaddexp", dtype, x, 1, f"logaddexp {dtype} {shape}")
+    finally:
+        ev.plans.clear()   # no plan of the patched variant outlives the test
+        ev.drop_programs()
 
 
 def test_sixteen_bit_accumulates_in_float(gpu_runtime):

@@ -14,7 +14,7 @@ import pytest
 from mlx_amd.runtime import kernel_table as kt
 from mlx_amd.runtime.driver.base import DeviceProperties
 from mlx_amd.runtime.ops import scan as sc
-from mlx_amd.runtime.plan import Layout, Node
+from mlx_amd.runtime.plan import ITEMSIZE, Layout, Node
 from cprobe import probe_output
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -45,8 +45,10 @@ def fields(launch):
     ("min", "bool", "bool"), ("min", "uint32", "uint32"), ("min", "float32", "float32"),
     ("logaddexp", "float32", "float32"), ("logaddexp", "float16", "float16")])
 @pytest.mark.parametrize("shape,axis", [((5, 7), 1), ((5, 7), 0), ((3, 4, 5), 1), ((2, 100000), 1), ((1 << 22,), 0)])
-def test_every_plan_names_a_kernel(wave, op, dtype, out, shape, axis, monkeypatch):
+@pytest.mark.parametrize("single_pass", [True, False])
+def test_every_plan_names_a_kernel(wave, op, dtype, out, shape, axis, single_pass, monkeypatch):
     monkeypatch.delenv("MLX_AMD_WAVE", raising=False)
+    monkeypatch.setattr(sc, "SINGLE_PASS", single_pass)
     p = sc.plan_node(scan_node(op, R(shape, dtype), axis, out_dtype=out), props(wave))
     assert p is not None
     for l in p.steps:
@@ -59,7 +61,17 @@ def test_every_plan_names_a_kernel(wave, op, dtype, out, shape, axis, monkeypatc
             assert f["rows"] * f["n"] == math.prod(shape)
         else:
             assert f["inner"] == math.prod(shape[axis + 1:]) and f["inner"] > 1
-    if len(p.steps) == 2:
+    if len(p.steps) == 2 and fields(p.steps[0])["mode"] == sc.CLEAR:
+        a, b = (fields(l) for l in p.steps)
+        assert b["mode"] == sc.LOOKBACK and a["nchunks"] == b["nchunks"] > 1
+        v = 16 // max(ITEMSIZE[dtype], ITEMSIZE[out])
+        assert b["chunk"] == sc.ROW_BLOCK * v * sc.ROW_GROUPS[v]   # one block's tile
+        assert b["chunk"] * b["nchunks"] >= b["n"] > b["chunk"] * (b["nchunks"] - 1)
+        slots = b["rows"] * b["nchunks"]
+        assert p.steps[1].grid[0] == slots and p.steps[1].block[0] == sc.ROW_BLOCK
+        assert p.temps == (16 + -(-slots * 4 // 16) * 16 + 2 * slots * sc.STATE_BYTES,)
+        assert all(l.refs[2].kind == "t" for l in p.steps)
+    elif len(p.steps) == 2:
         a, b = (fields(l) for l in p.steps)
         assert (a["mode"], b["mode"]) == (sc.TOTALS, sc.CARRIED)
         assert a["nchunks"] > 1 and a["chunk"] * a["nchunks"] >= a["n"] > a["chunk"] * (a["nchunks"] - 1)
@@ -102,6 +114,10 @@ def test_layouts_reach_the_kernels():
     # long rows, many of them: one block per row, no split
     p = sc.plan_node(scan_node("sum", R((4096, 32768), "float32"), 1), d)
     assert len(p.steps) == 1 and p.steps[0].grid[0] == 4096 and p.steps[0].block[0] == 512
+    # one long row: a block per tile, look-back
+    p = sc.plan_node(scan_node("sum", R((1 << 22,), "float32"), 0), d)
+    assert [fields(l)["mode"] for l in p.steps] == [sc.CLEAR, sc.LOOKBACK]
+    assert p.steps[1].grid[0] == (1 << 22) // (512 * 16) and p.steps[1].block[0] == 512
 
 
 _PROBE = r"""
@@ -113,9 +129,10 @@ int main() {
   std::printf("sizeof %zu\n", sizeof(ScanArgs));
   F(in) F(out) F(totals) F(rows) F(n) F(elem_stride) F(chunk) F(inner) F(strides) F(shape)
   F(ndim) F(nchunks) F(flags) F(mode)
-  std::printf("MAX_DIMS %d\nREVERSE %d\nINCLUSIVE %d\nWAVE_ROWS %d\nFULL %d\nTOTALS %d\nCARRIED %d\n",
+  std::printf("MAX_DIMS %d\nREVERSE %d\nINCLUSIVE %d\nWAVE_ROWS %d\nFULL %d\nTOTALS %d\nCARRIED %d\n"
+              "CLEAR %d\nLOOKBACK %d\n",
               MLXA_SCAN_MAX_DIMS, MLXA_SCAN_REVERSE, MLXA_SCAN_INCLUSIVE, MLXA_SCAN_WAVE_ROWS,
-              MLXA_SCAN_FULL, MLXA_SCAN_TOTALS, MLXA_SCAN_CARRIED);
+              MLXA_SCAN_FULL, MLXA_SCAN_TOTALS, MLXA_SCAN_CARRIED, MLXA_SCAN_CLEAR, MLXA_SCAN_LOOKBACK);
 }
 """
 
@@ -128,6 +145,7 @@ def test_args_match_c(tmp_path):
         assert c[f] == off, f
     assert (c["MAX_DIMS"], c["REVERSE"], c["INCLUSIVE"], c["WAVE_ROWS"]) == (sc.MAX_DIMS, sc.REVERSE, sc.INCLUSIVE, sc.WAVE_ROWS)
     assert (c["FULL"], c["TOTALS"], c["CARRIED"]) == (sc.FULL, sc.TOTALS, sc.CARRIED)
+    assert (c["CLEAR"], c["LOOKBACK"]) == (sc.CLEAR, sc.LOOKBACK)
     blob = struct.pack("<QQQ", 1, 2, 3) + sc.pack_args(7, 9, 2, 4, 1, (3, 5), (40, 8), 2, 3, 1)
     assert len(blob) == c["sizeof"]
     assert struct.unpack_from("<q", blob, c["rows"])[0] == 7

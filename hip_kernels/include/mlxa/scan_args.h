@@ -19,6 +19,9 @@
 #define MLXA_SCAN_FULL 0        // scan and write
 #define MLXA_SCAN_TOTALS 1      // write each chunk's total to `totals`
 #define MLXA_SCAN_CARRIED 2     // scan and write, starting from the totals of earlier chunks
+#define MLXA_SCAN_CLEAR 3       // zero the look-back status (1 + rows * nchunks words at totals)
+#define MLXA_SCAN_LOOKBACK 4    // one tile per block, its prefix from the chunks before it
+                                // (decoupled look-back over the status CLEAR zeroed)
 
 extern "C" {
 
@@ -26,14 +29,16 @@ extern "C" {
 // innermost one; row r starts at r decomposed over shape/strides (the other dims of
 // the input, innermost first), elements step by elem_stride; output row r at r * n.
 // Long rows split into nchunks chunks of `chunk` elements (two launches: TOTALS, then
-// CARRIED); otherwise chunk = n and nchunks = 1.
+// CARRIED; or CLEAR, then LOOKBACK with chunk = one block's tile); otherwise chunk = n
+// and nchunks = 1. Look-back status at totals: a ticket word, 16-byte aligned regions of
+// rows * nchunks flags (uint32), aggregates and inclusive prefixes (16 bytes each).
 // Column kernel ("c"): `rows` columns (every position of the other dims), each scanned
 // by one thread; column c starts at c decomposed over shape/strides, its output at
 // (c / inner) * n * inner + c % inner with stride `inner` along the axis.
 struct ScanArgs {
   const void* in;
   void* out;
-  void* totals;                           // chunk states (TOTALS/CARRIED), else unused
+  void* totals;                           // chunk states (TOTALS/CARRIED), status (LOOKBACK)
   int64_t rows;
   int64_t n;
   int64_t elem_stride;                    // input elements between axis positions

@@ -14,7 +14,9 @@ kernel runs (any input strides: dense rows read 16 bytes at a time); otherwise t
 column kernel, one thread per position of the other axes walking the axis in order
 (also float64 logaddexp on rows: MLX's float-accurate exp makes its float64 result
 depend on the combination order, so only its sequential order matches it). Few long rows split into
-chunks: a totals launch, then a scan launch that folds the totals before each chunk.
+chunks of one block's tile scanned in one pass (decoupled look-back: each block publishes its
+chunk's total and takes its prefix from the chunks before it); SINGLE_PASS = False keeps the
+two-pass variant (a totals launch, then a scan launch that folds the totals before each chunk).
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ STATE_BYTES = 16             # sizeof(State<A>) rounded up for every accumulator
 MAX_GRID = (1 << 31) - 1
 
 REVERSE, INCLUSIVE, WAVE_ROWS = 1, 2, 4          # MLXA_SCAN_* flags
-FULL, TOTALS, CARRIED = 0, 1, 2                  # MLXA_SCAN_* modes
+FULL, TOTALS, CARRIED, CLEAR, LOOKBACK = 0, 1, 2, 3, 4   # MLXA_SCAN_* modes
+# few long rows: one pass with decoupled look-back (True) or two (chunk totals, then carried)
+SINGLE_PASS = True
 
 _ARGS = struct.Struct(f"<5q{MAX_DIMS}q{MAX_DIMS}i4i")
 ARG_SIZE = 24 + _ARGS.size
@@ -131,6 +135,10 @@ def plan(op, axis, reverse, inclusive, x, out, device):
         want = -(-4 * cus // count)
         chunk = -(-(-(-n // want)) // tile) * tile
         nchunks = -(-n // chunk)
+    if nchunks > 1 and SINGLE_PASS and count * -(-n // tile) < MAX_GRID:
+        # measured on the H200 (benchmarks/results/scan_variants-h200.txt): ahead of the two
+        # passes for few long rows, behind a block per row for many rows
+        return _plan_lookback(name, count, n, elem_stride, cshape, cstrides, flags, tile, device)
     if nchunks == 1 or count * nchunks > MAX_GRID:
         if count > MAX_GRID:
             return None
@@ -143,3 +151,21 @@ def plan(op, axis, reverse, inclusive, x, out, device):
                pack_args(count, n, elem_stride, chunk, 1, cshape, cstrides, nchunks, flags, mode), refs=refs)
         for mode in (TOTALS, CARRIED))
     return Plan(steps, temps=(count * nchunks * STATE_BYTES,))
+
+
+def _plan_lookback(name, count, n, elem_stride, cshape, cstrides, flags, tile, device):
+    """Few long rows in one pass: chunks of one block's tile, each block's prefix from the
+    chunks before it (decoupled look-back); a first launch of the same kernel clears the
+    status the second one publishes through (see scan_args.h for its layout)."""
+    nchunks = -(-n // tile)
+    slots = count * nchunks
+    status = 16 + -(-slots * 4 // 16) * 16 + 2 * slots * STATE_BYTES
+    words = 4 + slots
+    clear_grid = min(-(-words // ROW_BLOCK), 4 * max(1, int(device.compute_units)))
+    refs = (inp(0), _out(0), tmp(0))
+    return Plan((
+        Launch(FAMILY, name, (clear_grid, 1, 1), (ROW_BLOCK, 1, 1), 0, 3,
+               pack_args(count, n, elem_stride, tile, 1, cshape, cstrides, nchunks, flags, CLEAR), refs=refs),
+        Launch(FAMILY, name, (slots, 1, 1), (ROW_BLOCK, 1, 1), 0, 3,
+               pack_args(count, n, elem_stride, tile, 1, cshape, cstrides, nchunks, flags, LOOKBACK), refs=refs),
+    ), temps=(status,))
