@@ -487,12 +487,8 @@ class Evaluator:
         if cache:
             prog.cache_leaves(cache)
         arena = res.device_pool.alloc(prog.arena_bytes) if prog.arena_bytes else None
-        written_fn = res.written
+        apply = res.written_ranges   # [(key, lo, hi)], lo < 0: all
         metas = _Metas(g)
-
-        def apply(written):
-            for key, lo, hi in written:
-                written_fn(key, None if lo < 0 else (lo, hi))
 
         rerecorded = []
 

@@ -280,11 +280,31 @@ class Residency:
                 raise ValueError(f"written({key:#x}): range [{lo}, {hi}) outside the buffer's {rec.nbytes} bytes")
             if lo == hi:
                 return
+        self._widen(key, rec, lo, hi)
+
+    def _widen(self, key, rec, lo, hi) -> None:
+        """The device copy is newer in [lo, hi) too (a valid, non-empty range)."""
         if rec.lo < rec.hi:
             lo, hi = min(lo, rec.lo), max(hi, rec.hi)
         else:
             self._dirty.add(key)
         rec.lo, rec.hi = lo, hi
+
+    def written_ranges(self, items) -> None:
+        """``written`` for each (key, lo, hi) in order (lo < 0: the whole buffer), as a replay
+        reports them (a decode step's KV-cache writes): the common cases inline, the rest
+        (unknown keys, bad or empty ranges) through ``written`` itself, errors included."""
+        recs, widen = self._recs, self._widen
+        for key, lo, hi in items:
+            rec = recs.get(key)
+            if rec is None:
+                self.written(key, None if lo < 0 else (lo, hi))
+            elif lo < 0:
+                widen(key, rec, 0, rec.nbytes)
+            elif 0 <= lo < hi <= rec.nbytes:
+                widen(key, rec, lo, hi)
+            else:
+                self.written(key, (lo, hi))
 
     def host_written(self, key: int) -> None:
         """MLX's CPU fallback wrote the host copy: the device copy is stale."""

@@ -1,4 +1,5 @@
 // Buffers we hand to MLX, the freed-token queue, and weak watches on MLX's own.
+#include <atomic>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -16,6 +17,9 @@ namespace {
 struct Registry {
   std::mutex mu;
   std::vector<int64_t> freed;                       // tokens, in deleter order
+  // freed.size(), written under mu wherever freed changes: recycle_freed, called after
+  // every node of a replay, skips the lock when nothing is queued
+  std::atomic<size_t> nfreed{0};
   std::unordered_map<const void*, int64_t> ours;    // Buffer::ptr() -> token
   int64_t live_count = 0;
   int64_t live_bytes = 0;
@@ -64,6 +68,7 @@ mx::allocator::Data make_foreign_data(uintptr_t host_ptr, size_t nbytes,
     std::lock_guard<std::mutex> lock(r.mu);
     r.ours.erase(b.ptr());
     r.freed.push_back(token);
+    r.nfreed.store(r.freed.size(), std::memory_order_release);
     r.live_count -= 1;
     r.live_bytes -= static_cast<int64_t>(nbytes);
   });
@@ -82,6 +87,7 @@ std::vector<int64_t> drain_freed() {
   {
     std::lock_guard<std::mutex> lock(r.mu);
     got.swap(r.freed);
+    r.nfreed.store(0, std::memory_order_release);
   }
   // a replay's outputs nobody adopted are recycled here (pool.h); the rest go to Python
   std::vector<int64_t> out;
@@ -95,6 +101,7 @@ std::vector<int64_t> drain_freed() {
       std::lock_guard<std::mutex> lock(r.mu);
       r.freed.insert(r.freed.begin(), got.begin() + static_cast<std::ptrdiff_t>(i) + 1, got.end());
       r.freed.insert(r.freed.begin(), out.begin(), out.end());
+      r.nfreed.store(r.freed.size(), std::memory_order_release);
       throw;
     }
   }
@@ -103,6 +110,9 @@ std::vector<int64_t> drain_freed() {
 
 void recycle_freed(Outputs& outs) {
   auto& r = reg();
+  // Nothing queued (a view, a node whose inputs live on): no lock. A token a deleter on
+  // another thread queues meanwhile is seen at the next call or drain, as with the lock.
+  if (r.nfreed.load(std::memory_order_acquire) == 0) return;
   std::vector<int64_t> mine;
   {
     std::lock_guard<std::mutex> lock(r.mu);
@@ -116,6 +126,7 @@ void recycle_freed(Outputs& outs) {
       }
     }
     r.freed.erase(keep, r.freed.end());
+    r.nfreed.store(r.freed.size(), std::memory_order_release);
   }
   for (size_t i = 0; i < mine.size(); ++i) {
     try {
@@ -124,6 +135,7 @@ void recycle_freed(Outputs& outs) {
       // a pool callback failed: what is left waits for the next drain instead of leaking
       std::lock_guard<std::mutex> lock(r.mu);
       r.freed.insert(r.freed.begin(), mine.begin() + static_cast<std::ptrdiff_t>(i) + 1, mine.end());
+      r.nfreed.store(r.freed.size(), std::memory_order_release);
       throw;
     }
   }

@@ -82,14 +82,18 @@ Graph::Graph(const std::vector<mx::array>& outputs, bool async) {
       // flight on MLX's CPU stream; wait until its data is readable.
       uint32_t s = add_slot(a, -1);
       ids.emplace(a.id(), s);
-      try {
-        // without the GIL: the producer may need it (see eval_cpu)
-        nb::gil_scoped_release no_gil;
-        slots_[s].arr->wait();
-      } catch (const std::exception& e) {
-        throw std::runtime_error(
-            std::string("Graph: waiting for an evaluated input failed: ") +
-            e.what());
+      // `available` (weights, earlier results: nearly every leaf) has nothing to wait
+      // for, and array::wait() would do nothing: skip releasing the GIL for it
+      if (a.status() != mx::array::Status::available) {
+        try {
+          // without the GIL: the producer may need it (see eval_cpu)
+          nb::gil_scoped_release no_gil;
+          slots_[s].arr->wait();
+        } catch (const std::exception& e) {
+          throw std::runtime_error(
+              std::string("Graph: waiting for an evaluated input failed: ") +
+              e.what());
+        }
       }
       if (!slots_[s].arr->data_shared_ptr()) {
         value_error("Graph: evaluated array " + describe(a) + " has no data");
@@ -143,6 +147,8 @@ Graph::Graph(const std::vector<mx::array>& outputs, bool async) {
       const mx::array& a = *slots_[sid].arr;
       Node node;
       node.prim = &prim_info(a.primitive());
+      node.desc_addr = &a.shape();   // the descriptor's first member
+      node.prim_addr = &a.primitive();
       node.inputs.reserve(ins.size());
       for (const auto& in : ins) node.inputs.push_back(ids.at(in.id()));
       if (a.siblings().empty()) {
@@ -355,7 +361,19 @@ bool Graph::try_view(int64_t n) {
   if (node.prim->view == ViewKind::None) return false;
   inputs_ready(node, n, "try_view");
   auto& a = *slots_[node.outputs[0]].arr;
-  auto outs = a.outputs();
+  // array::outputs() builds a fresh vector per call; a view is mostly one output, and a
+  // replay runs hundreds a step: refill one kept vector (emptied again before returning,
+  // so it holds no references that donatable() or drop() would see)
+  auto& outs = view_outs_;
+  if (a.siblings().empty()) {
+    outs.assign(1, a);
+  } else {
+    outs = a.outputs();
+  }
+  struct Empty {
+    std::vector<mx::array>& v;
+    ~Empty() { v.clear(); }
+  } empty{outs};
   try {
     return apply_view(node.prim->view, a.primitive(), a.inputs(), outs);
   } catch (const std::exception& e) {

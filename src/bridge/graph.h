@@ -60,6 +60,10 @@ class Graph {
   };
   struct Node {
     const PrimInfo* prim;
+    // prefetch hints for a replay (Graph::replay), taken at the walk and never read
+    // through: output 0's ArrayDesc and its primitive
+    const void* desc_addr = nullptr;
+    const void* prim_addr = nullptr;
     std::vector<uint32_t> inputs;    // slot per input, duplicates kept
     std::vector<uint32_t> outputs;   // slot per output, primitive order
     bool finished = false;
@@ -67,6 +71,7 @@ class Graph {
   };
 
   std::vector<std::pair<uintptr_t, uintptr_t>> cached_dev_;   // leaves(prog) hits: (key, device)
+  std::vector<mx::array> view_outs_;   // try_view's outputs, empty between calls
 
   uint32_t add_slot(const mx::array& a, int32_t producer);
   void build_tables();

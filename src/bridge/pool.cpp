@@ -40,12 +40,14 @@ std::pair<uintptr_t, size_t> Pool::alloc(int64_t nbytes, uintptr_t prefer) {
                               : (total + kLargePage - 1) / kLargePage * kLargePage;
     most = 2 * total;
   }
-  auto it = bins_.lower_bound(size);
   uintptr_t data;
   auto want = prefer ? blocks_.find(prefer) : blocks_.end();
-  if (want != blocks_.end() && !want->second.live && want->second.size == size) {
+  // (the best-fit search only when the wanted block is not there: a replay's outputs
+  // mostly find theirs)
+  bool wanted = want != blocks_.end() && !want->second.live && want->second.size == size;
+  auto it = wanted ? bins_.find(size) : bins_.lower_bound(size);
+  if (wanted) {
     // the wanted block is cached in this very class: take it out of its bin
-    it = bins_.find(size);
     auto& v = it->second;
     v.erase(std::find(v.begin(), v.end(), prefer));
     if (v.empty()) bins_.erase(it);

@@ -100,6 +100,7 @@ class Program {
   // stats: (name, kind) per node, kind "view" / "gpu" / "python"
   nb::list kinds() const;
   PNode& at(int64_t n, const char* what);
+  const PNode& peek(size_t n) const { return nodes_[n]; }   // unchecked, for prefetching
   GraphState& graph() { return graph_; }
 
   // Device addresses of the resident leaves (weights, caches) Python resolved at
