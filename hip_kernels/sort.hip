@@ -13,6 +13,7 @@
 //            range, sub-tile by sub-tile: stable ranking through wave ballots, reordered in
 //            shared memory for coalesced writes).
 //   search   SearchSorted: a binary search per value over keys.
+#include "mlxa/types.h"
 #include "mlxa/wave.h"
 #include "mlxa/sort_args.h"
 
@@ -73,42 +74,86 @@ MLXA_DEVICE uint32_t block_exclusive_scan(uint32_t v, uint32_t* wsum, uint32_t& 
 }
 
 // ---------------------------------------------------------------- block sort
-// (key, index) pairs: the index breaks ties, so the order is total and the sort stable.
-template <typename U>
-MLXA_DEVICE bool pair_gt(U ka, uint32_t ia, U kb, uint32_t ib) {
-  return ka > kb || (ka == kb && ia > ib);
-}
+// A (key, index) item; the index breaks ties, so the order is total and the sort stable.
+// Keys of up to 4 bytes pack with their index into one unsigned integer (the key above
+// 16 or 32 index bits): a compare-exchange is then one min and one max.
+template <typename U, bool PACKED = (sizeof(U) <= 4)>
+struct Item;
 
-// The pair of lane `lane ^ mask`, through 32-bit exchanges only (one buffer type on the
-// emulated wave; keys of up to 2 bytes travel with their index in one word).
+template <typename U>
+struct Item<U, true> {
+  using P = std::conditional_t<sizeof(U) <= 2, uint32_t, uint64_t>;
+  static constexpr int kIndexBits = sizeof(U) <= 2 ? 16 : 32;
+  P v;
+  static MLXA_DEVICE Item make(U k, uint32_t i) { return {P(P(k) << kIndexBits) | P(i)}; }
+  MLXA_DEVICE U key() const { return U(v >> kIndexBits); }
+  MLXA_DEVICE uint32_t index() const { return uint32_t(v) & 0xFFFFu; }
+  MLXA_DEVICE bool gt(const Item& o) const { return v > o.v; }
+  // c ? x : y member by member: a ?: over two struct lvalues selects their addresses, which
+  // the AMD compiler did not split into registers (24 bytes of scratch per work-item)
+  static MLXA_DEVICE Item pick(bool c, const Item& x, const Item& y) { return {c ? x.v : y.v}; }
+};
+
+template <typename U>
+struct Item<U, false> {
+  U k;
+  uint32_t i;
+  static MLXA_DEVICE Item make(U k, uint32_t i) { return {k, i}; }
+  MLXA_DEVICE U key() const { return k; }
+  MLXA_DEVICE uint32_t index() const { return i; }
+  MLXA_DEVICE bool gt(const Item& o) const { return k > o.k || (k == o.k && i > o.i); }
+  static MLXA_DEVICE Item pick(bool c, const Item& x, const Item& y) {
+    return {c ? x.k : y.k, c ? x.i : y.i};
+  }
+};
+
+
+// The items of a tile in shared memory: packed ones as they are, others as a key array
+// and a 16-bit index array (no padding).
+template <typename U, int TILE, bool PACKED = (sizeof(U) <= 4)>
+struct TileItems {
+  typename Item<U>::P v[TILE];
+  MLXA_DEVICE Item<U> get(int i) const { return {v[i]}; }
+  MLXA_DEVICE void put(int i, const Item<U>& x) { v[i] = x.v; }
+};
+template <typename U, int TILE>
+struct TileItems<U, TILE, false> {
+  U k[TILE];
+  uint16_t i[TILE];
+  MLXA_DEVICE Item<U> get(int j) const { return {k[j], i[j]}; }
+  MLXA_DEVICE void put(int j, const Item<U>& x) { k[j] = x.k; i[j] = (uint16_t)x.i; }
+};
+
+// The item of lane `lane ^ mask`, through 32-bit exchanges only (one buffer type on the
+// emulated wave).
+template <int W>
+MLXA_DEVICE uint64_t shfl_xor_u64(uint64_t x, int mask) {
+  constexpr int kWord = 8 * sizeof(uint32_t);
+  const uint32_t lo = wave_shfl_xor<W>(uint32_t(x), mask);
+  const uint32_t hi = wave_shfl_xor<W>(uint32_t(x >> kWord), mask);
+  return (uint64_t(hi) << kWord) | lo;
+}
 template <int W, typename U>
-MLXA_DEVICE void exchange_pair(U& k, uint32_t& id, int mask) {
-  if constexpr (sizeof(U) <= 2) {
-    const uint32_t p = wave_shfl_xor<W>((uint32_t(k) << 16) | id, mask);
-    k = U(p >> 16);
-    id = p & 0xFFFFu;
-  } else if constexpr (sizeof(U) == 4) {
-    k = wave_shfl_xor<W>(uint32_t(k), mask);
-    id = wave_shfl_xor<W>(id, mask);
+MLXA_DEVICE Item<U> exchange_item(const Item<U>& x, int mask) {
+  if constexpr (sizeof(U) > 4) {
+    return {shfl_xor_u64<W>(x.k, mask), wave_shfl_xor<W>(x.i, mask)};
+  } else if constexpr (sizeof(typename Item<U>::P) == 4) {
+    return {wave_shfl_xor<W>(x.v, mask)};
   } else {
-    constexpr int kWord = 8 * sizeof(uint32_t);
-    const uint32_t lo = wave_shfl_xor<W>(uint32_t(k), mask);
-    const uint32_t hi = wave_shfl_xor<W>(uint32_t(k >> kWord), mask);
-    k = (U(hi) << kWord) | U(lo);
-    id = wave_shfl_xor<W>(id, mask);
+    return {shfl_xor_u64<W>(x.v, mask)};
   }
 }
 
 // A bitonic network within each segment of `seg` elements (the last merge of a segment
 // ascending, earlier ones alternating by position). Thread t holds the E consecutive
-// pairs from t * E in registers: a stage of distance j < E runs in registers, E <= j <
+// items from t * E in registers: a stage of distance j < E runs in registers, E <= j <
 // E * W across the lanes of a wave, and only the longer ones through shared memory.
 template <typename U, int TILE, int THREADS, bool ARG, int W>
 MLXA_DEVICE void block_sort(const SortBlockArgs& a) {
+  using I = Item<U>;
   constexpr int E = TILE / THREADS;
   static_assert(E >= 2 && (E & (E - 1)) == 0, "block sort: a power-of-two run per thread");
-  __shared__ U keys[TILE];
-  __shared__ uint16_t idx[TILE];
+  __shared__ TileItems<U, TILE> tile;
   const SortRows& r = a.r;
   const U* in = static_cast<const U*>(a.in);
   const int seg = a.seg, n = r.n;
@@ -119,66 +164,50 @@ MLXA_DEVICE void block_sort(const SortBlockArgs& a) {
     const int s = i >> lg, j = i & (seg - 1);
     const int64_t row = row0 + s;
     U k = U(~U(0));
-    uint16_t id = 0xFFFFu;   // pads sort after every element (indices are < 4096)
+    uint32_t id = 0xFFFFu;   // pads sort after every element (indices are < 4096)
     if (row < r.rows && j < n) {
       k = to_key(in[row_offset(r, row) + j * r.in_axis_stride], r.kind, abs_inf);
-      id = (uint16_t)j;
+      id = (uint32_t)j;
     }
-    keys[i] = k;
-    idx[i] = id;
+    tile.put(i, I::make(k, id));
   }
   sync_block();
   const int i0 = (int)threadIdx.x * E;
-  U rk[E];
-  uint32_t ri[E];
+  I it[E];
 #pragma unroll
-  for (int q = 0; q < E; ++q) {
-    rk[q] = keys[i0 + q];
-    ri[q] = idx[i0 + q];
-  }
+  for (int q = 0; q < E; ++q) it[q] = tile.get(i0 + q);
   for (int k = 2; k <= seg; k <<= 1) {
     int j = k >> 1;
     if (j >= E * W) {
 #pragma unroll
-      for (int q = 0; q < E; ++q) {
-        keys[i0 + q] = rk[q];
-        idx[i0 + q] = (uint16_t)ri[q];
-      }
+      for (int q = 0; q < E; ++q) tile.put(i0 + q, it[q]);
       for (; j >= E * W; j >>= 1) {
         sync_block();
         for (int p = threadIdx.x; p < TILE / 2; p += THREADS) {
           const int i = 2 * p - (p & (j - 1));
           const int l = i + j;
           const bool asc = (k == seg) || ((i & k) == 0);
-          const U ki = keys[i], kl = keys[l];
-          const uint16_t ii = idx[i], il = idx[l];
-          if (pair_gt<U>(ki, ii, kl, il) == asc) {
-            keys[i] = kl; keys[l] = ki;
-            idx[i] = il; idx[l] = ii;
+          const I x = tile.get(i), y = tile.get(l);
+          if (x.gt(y) == asc) {
+            tile.put(i, y);
+            tile.put(l, x);
           }
         }
       }
       sync_block();
 #pragma unroll
-      for (int q = 0; q < E; ++q) {
-        rk[q] = keys[i0 + q];
-        ri[q] = idx[i0 + q];
-      }
+      for (int q = 0; q < E; ++q) it[q] = tile.get(i0 + q);
       sync_block();                      // read before the next k writes
     }
     for (; j >= E; j >>= 1) {
-      const bool lower = (i0 & j) == 0;  // the same for all E pairs of this thread
+      const bool lower = (i0 & j) == 0;  // the same for all E items of this thread
 #pragma unroll
       for (int q = 0; q < E; ++q) {
-        U ok = rk[q];
-        uint32_t oi = ri[q];
-        exchange_pair<W>(ok, oi, j / E);
+        const I o = exchange_item<W, U>(it[q], j / E);
         const bool asc = (k == seg) || (((i0 + q) & k) == 0);
         // the lower position of an ascending pair keeps the smaller one
-        if (pair_gt<U>(rk[q], ri[q], ok, oi) == (lower == asc)) {
-          rk[q] = ok;
-          ri[q] = oi;
-        }
+        const bool g = it[q].gt(o);
+        it[q] = I::pick(g == (lower == asc), o, it[q]);
       }
     }
 #pragma unroll
@@ -189,18 +218,15 @@ MLXA_DEVICE void block_sort(const SortBlockArgs& a) {
         if (q & jj) continue;
         const int l = q + jj;
         const bool asc = (k == seg) || (((i0 + q) & k) == 0);
-        if (pair_gt<U>(rk[q], ri[q], rk[l], ri[l]) == asc) {
-          const U tk = rk[q]; rk[q] = rk[l]; rk[l] = tk;
-          const uint32_t ti = ri[q]; ri[q] = ri[l]; ri[l] = ti;
-        }
+        const bool swap = it[q].gt(it[l]) == asc;
+        const I x = it[q];
+        it[q] = I::pick(swap, it[l], x);
+        it[l] = I::pick(swap, x, it[l]);
       }
     }
   }
 #pragma unroll
-  for (int q = 0; q < E; ++q) {
-    keys[i0 + q] = rk[q];
-    idx[i0 + q] = (uint16_t)ri[q];
-  }
+  for (int q = 0; q < E; ++q) tile.put(i0 + q, it[q]);
   sync_block();
   const U flip = r.kind == MLXA_KEY_SIGNED ? kTop<U> : U(0);
   for (int i = threadIdx.x; i < TILE; i += THREADS) {
@@ -208,13 +234,14 @@ MLXA_DEVICE void block_sort(const SortBlockArgs& a) {
     const int64_t row = row0 + s;
     if (row >= r.rows || j >= n) continue;
     const int64_t o = out_offset(row, j, n, r.out_inner);
+    const I x = tile.get(i);
     if constexpr (ARG) {
-      static_cast<uint32_t*>(a.out)[o] = idx[i];
+      static_cast<uint32_t*>(a.out)[o] = x.index();
     } else if (r.kind == MLXA_KEY_FLOAT) {
       // keys of floats lose -0.0's sign and NaN payloads: take the value itself
-      static_cast<U*>(a.out)[o] = in[row_offset(r, row) + (int64_t)idx[i] * r.in_axis_stride];
+      static_cast<U*>(a.out)[o] = in[row_offset(r, row) + (int64_t)x.index() * r.in_axis_stride];
     } else {
-      static_cast<U*>(a.out)[o] = U(keys[i] ^ flip);
+      static_cast<U*>(a.out)[o] = U(x.key() ^ flip);
     }
   }
 }
@@ -246,21 +273,41 @@ MLXA_DEVICE void radix_keys(const RadixKeysArgs& a) {
   }
 }
 
+// Copies of the histogram that neighbouring threads spread their counts over: a pass over
+// few distinct digits (the top byte of similar values) otherwise serialises every
+// thread on one shared-memory counter.
+constexpr int kCountCopies = 8;
+
 template <typename U>
 MLXA_DEVICE void radix_count(const RadixCountArgs& a) {
-  __shared__ uint32_t hist[256];
-  for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
+  __shared__ uint32_t hist[kCountCopies][256];
+  for (int i = threadIdx.x; i < kCountCopies * 256; i += blockDim.x) (&hist[0][0])[i] = 0;
   sync_block();
   const int64_t row = blockIdx.y;
   const int t = blockIdx.x;
   const U* keys = static_cast<const U*>(a.keys) + row * a.n;
   const int64_t lo = (int64_t)t * a.tile_size;
   const int64_t hi = lo + a.tile_size < a.n ? lo + a.tile_size : a.n;
-  for (int64_t e = lo + threadIdx.x; e < hi; e += blockDim.x)
-    atomicAdd(&hist[(uint32_t)(keys[e] >> a.shift) & 255u], 1u);
+  uint32_t* h = hist[threadIdx.x % kCountCopies];
+  const uint32_t shift = (uint32_t)a.shift;
+  constexpr int V = 16 / (int)sizeof(U);
+  int64_t e = lo;
+  if (((uintptr_t)(keys + lo) & 15u) == 0) {
+    // 16 bytes a load: several keys in flight per thread
+    for (; e + (int64_t)V * blockDim.x <= hi; e += (int64_t)V * blockDim.x) {
+      const Vec<U, V> q = *(const Vec<U, V>*)(keys + e + (int64_t)V * threadIdx.x);
+#pragma unroll
+      for (int j = 0; j < V; ++j) atomicAdd(&h[(uint32_t)(q.v[j] >> shift) & 255u], 1u);
+    }
+  }
+  for (e += threadIdx.x; e < hi; e += blockDim.x) atomicAdd(&h[(uint32_t)(keys[e] >> shift) & 255u], 1u);
   sync_block();
-  for (int d = threadIdx.x; d < 256; d += blockDim.x)
-    a.counts[(row * 256 + d) * a.tiles + t] = hist[d];
+  for (int d = threadIdx.x; d < 256; d += blockDim.x) {
+    uint32_t c = 0;
+#pragma unroll
+    for (int i = 0; i < kCountCopies; ++i) c += hist[i][d];
+    a.counts[(row * 256 + d) * a.tiles + t] = c;
+  }
 }
 
 template <int W>
