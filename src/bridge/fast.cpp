@@ -338,10 +338,17 @@ mx::array make_rope(const mx::array& x, int dims, bool traditional,
                     std::optional<mx::array> freqs) {
   auto s = current_stream();
   // a Python int becomes a 0-d int32 array (as MLX does), so that decode steps with
-  // different offsets share one graph signature
-  mx::array off = std::holds_alternative<int>(offset)
-                      ? mx::array(std::get<int>(offset), mx::int32)
-                      : std::get<mx::array>(offset);
+  // different offsets share one graph signature. The last one is kept: a decode step
+  // ropes q and k of every layer at one offset, and one leaf instead of 2 per layer spares
+  // the evaluator a small constant each (with the GIL held; never destroyed, so no MLX
+  // array outlives MLX's allocator at exit)
+  static auto* last = new std::optional<std::pair<int, mx::array>>();
+  mx::array off = [&] {
+    if (std::holds_alternative<mx::array>(offset)) return std::get<mx::array>(offset);
+    const int o = std::get<int>(offset);
+    if (!*last || (*last)->first != o) last->emplace(o, mx::array(o, mx::int32));
+    return (*last)->second;
+  }();
   std::string key = "rope" + std::to_string(dims) + (traditional ? "t" : "n") +
                     (base ? "b" : "-");
   key_add(key, x);
