@@ -11,7 +11,8 @@ steps evaluated synchronously (host and GPU one after the other).
 Prints one JSON line: medians in milliseconds of build (the model's graph), queue
 (async_eval until it returns), wait (reading the previous token), step (all three), and
 sync (build + eval + read, nothing overlapped), prefill (a fresh cache's prompt, synchronous,
-after one warm-up prefill). step ~ build + queue means the host is the
+after one warm-up prefill), and with graphs the host time of their node updates and launch
+per launched step (graph_update_ms, graph_launch_ms). step ~ build + queue means the host is the
 bound; a large wait means the GPU is.
 """
 
@@ -142,7 +143,11 @@ def main():
         out["replays"], out["replay_python_nodes"] = ev.replays, ev.replay_python
         from mlx_amd.runtime import bridge
 
-        out["graphs"] = dict(bridge.graph_stats(), enabled=bool(ev.graphs))
+        gs = bridge.graph_stats()
+        out["graphs"] = dict(gs, enabled=bool(ev.graphs))
+        if gs["launches"]:   # host time of the graph calls per launched step (all steps run)
+            out["graph_update_ms"] = round(gs["update_ns"] / gs["launches"] / 1e6, 4)
+            out["graph_launch_ms"] = round(gs["launch_ns"] / gs["launches"] / 1e6, 4)
     print(json.dumps(out), flush=True)
 
 

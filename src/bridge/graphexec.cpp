@@ -1,6 +1,7 @@
 // Replayed launches as one CUDA/HIP graph (graphexec.h).
 #include "graphexec.h"
 
+#include <chrono>
 #include <cstring>
 
 #include <nanobind/stl/string.h>
@@ -30,7 +31,16 @@ GraphApi& api() {
   return *a;
 }
 
-struct Counters { int64_t launches = 0, builds = 0, updates = 0, eager = 0, failures = 0; };
+struct Counters {
+  int64_t launches = 0, builds = 0, updates = 0, eager = 0, failures = 0;
+  // host time in the driver's graph calls (ns): what a replayed step pays for its graph
+  int64_t build_ns = 0, update_ns = 0, launch_ns = 0;
+};
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 Counters& counters() {
   static Counters c;
   return c;
@@ -144,7 +154,10 @@ int graph_run(GraphState& s, std::vector<LaunchRec>& recs, uintptr_t entry,
       return eager();
     }
     s.release();
-    if (build(s, recs, param_end)) {
+    const int64_t t0 = now_ns();
+    const bool failed = build(s, recs, param_end);
+    c.build_ns += now_ns() - t0;
+    if (failed) {
       ++c.failures;
       s.release();
       s.off = true;
@@ -154,6 +167,12 @@ int graph_run(GraphState& s, std::vector<LaunchRec>& recs, uintptr_t entry,
     s.current = recs;
   } else {
     s.rebuilds_in_a_row = 0;
+    const int64_t t0 = now_ns();
+    struct Charge {   // also when an update fails
+      Counters& c;
+      int64_t t0;
+      ~Charge() { c.update_ns += now_ns() - t0; }
+    } charge{c, t0};
     for (size_t i = 0; i < recs.size(); ++i) {
       if (s.current[i].same_as(recs[i])) continue;
       Packed p(recs[i], param_end);
@@ -170,7 +189,10 @@ int graph_run(GraphState& s, std::vector<LaunchRec>& recs, uintptr_t entry,
   }
   ++c.launches;
   *what = "graph launch";
-  return a.launch(reinterpret_cast<void*>(s.exec), reinterpret_cast<void*>(stream));
+  const int64_t t0 = now_ns();
+  const int st = a.launch(reinterpret_cast<void*>(s.exec), reinterpret_cast<void*>(stream));
+  c.launch_ns += now_ns() - t0;
+  return st;
 }
 
 void register_graphexec(nb::module_& m) {
@@ -215,9 +237,13 @@ void register_graphexec(nb::module_& m) {
     d["node_updates"] = c.updates;
     d["eager_replays"] = c.eager;
     d["failures"] = c.failures;
+    d["build_ns"] = c.build_ns;
+    d["update_ns"] = c.update_ns;
+    d["launch_ns"] = c.launch_ns;
     return d;
   }, "process-wide counts: graph launches, graph builds, kernel nodes updated, replays "
-     "that launched eagerly after all, graphs dropped after a failed driver call");
+     "that launched eagerly after all, graphs dropped after a failed driver call; and the "
+     "host time spent building graphs, updating their nodes and launching them (ns)");
 }
 
 }  // namespace mlx_amd
