@@ -7,7 +7,9 @@
 #   MLX_AMD_SKIP_TESTS=1 / MLX_AMD_SKIP_BENCH=1 / MLX_AMD_SKIP_EXAMPLES=1 leave out the
 #   tests / the benchmarks / the two examples (a lease short of device time)
 #   MLX_AMD_PREBUILT=1 uses (and checks) the kernels already in mlx_amd/kernels, e.g. sm_90
-#   cubins built on a CPU machine with the same nvcc and carried over (saves ~2 minutes)
+#   cubins built on a CPU machine with the same nvcc and carried over (saves ~2 minutes);
+#   MLX_AMD_PREBUILT_TARGET=sm_90 first trims the manifest to that one target, so only
+#   mlx_amd/kernels/sm_90 and manifest.json need to travel (the AMD objects are ~20 MB)
 #   (e.g. to set up and then profile: MLX_AMD_SKIP_TESTS=1 MLX_AMD_SKIP_BENCH=1 tools/gpu-test.sh && ncu …)
 #
 # Offline machines: put the wheels the image lacks in .whl/ (mlx, mlx-cpu for the
@@ -39,6 +41,17 @@ fi
 if [[ -n ${MLX_AMD_PREBUILT:-} ]]; then
   # kernels built elsewhere (same sources, same compiler) and carried here: only verify them
   step "kernels ($TARGET): prebuilt, checking"
+  if [[ -n ${MLX_AMD_PREBUILT_TARGET:-} ]]; then
+    $PY - "$MLX_AMD_PREBUILT_TARGET" <<'PY'
+import json, sys
+p, keep = "mlx_amd/kernels/manifest.json", sys.argv[1]
+m = json.load(open(p))
+if keep not in m["targets"]:
+    sys.exit(f"MLX_AMD_PREBUILT_TARGET={keep}: the manifest has no such target ({sorted(m['targets'])})")
+m["targets"] = {keep: m["targets"][keep]}
+json.dump(m, open(p, "w"), indent=1)
+PY
+  fi
   $PY build_kernels.py check
 else
   step "kernels ($TARGET)"
