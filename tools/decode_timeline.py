@@ -7,6 +7,7 @@ steps evaluated synchronously (host and GPU one after the other).
         cuProfilerStart/Stop: run under `ncu --profile-from-start off` for its kernels
     python tools/decode_timeline.py --ncu-prefill ...   # the same for one prefill (fresh cache)
     python tools/decode_timeline.py --modes eager,graphs,graphs+arrays,eager+arrays ...
+    python tools/decode_timeline.py --phases ...   # and the evaluator's phases of a step
 
 Prints one JSON line: medians in milliseconds of build (the model's graph), queue
 (async_eval until it returns), wait (reading the previous token), step (all three), and
@@ -26,6 +27,76 @@ import time
 os.environ.setdefault("MLX_AMD_AUTO", "0")
 
 
+class _TimedGraph:
+    """bridge.Graph with its replay, leaves and release timed (the rest passes through)."""
+
+    TIMED = ("leaves", "replay", "release")
+
+    def __init__(self, g, acc):
+        object.__setattr__(self, "_g", g)
+        object.__setattr__(self, "_acc", acc)
+
+    def __getattr__(self, name):
+        f = getattr(self._g, name)
+        if name not in self.TIMED:
+            return f
+
+        def timed(*a, **k):
+            t = time.perf_counter()
+            try:
+                r = f(*a, **k)
+                return list(r) if name == "leaves" else r
+            finally:
+                self._acc["g." + name] += time.perf_counter() - t
+        return timed
+
+    def __len__(self):
+        return len(self._g)
+
+
+def install_phase_timers(acc):
+    """Wrap the evaluator's phases (the native graph walk and replay, leaf resolution,
+    constant uploads, release, write-back, ...) in timers adding seconds into ``acc``;
+    returns a function that removes the bridge wrapper."""
+    from mlx_amd.runtime import evaluator as evmod
+    from mlx_amd.runtime.context import get_runtime
+
+    def wrap(obj, name):
+        f = getattr(obj, name)
+
+        def timed(*args, **kw):
+            t = time.perf_counter()
+            try:
+                return f(*args, **kw)
+            finally:
+                acc[name] += time.perf_counter() - t
+        setattr(obj, name, timed)
+
+    ev = get_runtime().evaluator
+    for n in ("eval", "_run", "_reap", "_queue_pending", "_host_valid"):
+        wrap(ev, n)
+    for n in ("adopt", "writeback", "sync_leaf_cache", "upload_consts", "device_ptrs", "trim_consts"):
+        wrap(ev.residency, n)
+    real = evmod._bridge
+
+    class _Bridge:    # the evaluator's view of the bridge: Graph() timed, the rest as is
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        @staticmethod
+        def Graph(*args):
+            t = time.perf_counter()
+            g = real.Graph(*args)
+            acc["Graph() (walk)"] += time.perf_counter() - t
+            return _TimedGraph(g, acc)
+
+    evmod._bridge = _Bridge()
+
+    def remove():
+        evmod._bridge = real
+    return remove
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="llama-1b")
@@ -38,6 +109,9 @@ def main():
     ap.add_argument("--null", action="store_true",
                     help="no GPU: the host driver with no-op kernels (tools/profile_engine.py); "
                          "host phases only, results are garbage")
+    ap.add_argument("--phases", action="store_true",
+                    help="also time the evaluator's phases of the pipelined steps (ms per step, "
+                         "in 'phases_ms'; the timers add a little to queue)")
     ap.add_argument("--modes", default="",
                     help="comma list of eager|graphs[+stream|+arrays] (launches, and what a read "
                          "waits for: evaluator.eval_wait, its default when left out), run in turn "
@@ -117,7 +191,18 @@ def main():
             rows[m].append(r)
         print(json.dumps({"shape": a.shape, "bits": a.bits, **rows}), flush=True)
         return
-    y, out = pipelined(y, a.steps)
+    if a.phases:
+        import collections
+
+        acc = collections.defaultdict(float)
+        remove = install_phase_timers(acc)
+        try:
+            y, out = pipelined(y, a.steps)
+        finally:
+            remove()
+        out["phases_ms"] = {k: round(v / a.steps * 1e3, 4) for k, v in sorted(acc.items(), key=lambda kv: -kv[1])}
+    else:
+        y, out = pipelined(y, a.steps)
     y, out["sync_ms"] = synced(y, a.steps // 2)
     prefill = []
     for _ in range(6):                       # the first one may record; the median hides it
