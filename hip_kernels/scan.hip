@@ -21,8 +21,9 @@
 // takes the next chunk (an atomic ticket), publishes its total and looks back over the
 // row's earlier chunks for its prefix (decoupled look-back; a launch before it clears the
 // status). Reading each element once and writing it once, where the two-pass variant
-// (chunk totals, then each chunk after folding the totals before it) read it twice. Column kernel: one thread per position of the other axes walks the
-// scan axis (coalesced along the output's inner dimensions).
+// (chunk totals, then each chunk after folding the totals before it) read it twice.
+// Column kernel: one thread per position of the other axes walks the scan axis
+// (coalesced along the output's inner dimensions).
 #include <limits>
 
 #include "mlxa/platform.h"
@@ -228,9 +229,10 @@ struct Status {
   S* inc;
   MLXA_DEVICE Status(void* base, int64_t count) {
     char* b = static_cast<char*>(base);
-    flag = reinterpret_cast<uint32_t*>(b + 16);
-    agg = reinterpret_cast<S*>(b + 16 + ((count * 4 + 15) & ~int64_t(15)));
-    inc = reinterpret_cast<S*>(reinterpret_cast<char*>(agg) + count * 16);
+    static_assert(sizeof(S) <= MLXA_SCAN_STATE_BYTES, "scan: a state outgrew its slot");
+    flag = reinterpret_cast<uint32_t*>(b + MLXA_SCAN_STATUS_HEAD);
+    agg = reinterpret_cast<S*>(b + MLXA_SCAN_STATUS_HEAD + ((count * 4 + 15) & ~int64_t(15)));
+    inc = reinterpret_cast<S*>(reinterpret_cast<char*>(agg) + count * MLXA_SCAN_STATE_BYTES);
   }
 };
 
@@ -296,7 +298,7 @@ MLXA_DEVICE void scan_rows(const ScanArgs& a) {
   __shared__ S prefix_s;
   __shared__ uint32_t ticket_s;
   if (a.mode == MLXA_SCAN_CLEAR) {
-    const int64_t words = 4 + a.rows * a.nchunks;   // the ticket's 16 bytes, then the flags
+    const int64_t words = MLXA_SCAN_STATUS_HEAD / 4 + a.rows * a.nchunks;   // the ticket, then the flags
     for (int64_t i = global_thread<int64_t>(); i < words; i += grid_threads<int64_t>())
       static_cast<uint32_t*>(a.totals)[i] = 0u;
     return;

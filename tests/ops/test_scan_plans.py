@@ -130,9 +130,10 @@ int main() {
   F(in) F(out) F(totals) F(rows) F(n) F(elem_stride) F(chunk) F(inner) F(strides) F(shape)
   F(ndim) F(nchunks) F(flags) F(mode)
   std::printf("MAX_DIMS %d\nREVERSE %d\nINCLUSIVE %d\nWAVE_ROWS %d\nFULL %d\nTOTALS %d\nCARRIED %d\n"
-              "CLEAR %d\nLOOKBACK %d\n",
+              "CLEAR %d\nLOOKBACK %d\nSTATE_BYTES %d\nSTATUS_HEAD %d\n",
               MLXA_SCAN_MAX_DIMS, MLXA_SCAN_REVERSE, MLXA_SCAN_INCLUSIVE, MLXA_SCAN_WAVE_ROWS,
-              MLXA_SCAN_FULL, MLXA_SCAN_TOTALS, MLXA_SCAN_CARRIED, MLXA_SCAN_CLEAR, MLXA_SCAN_LOOKBACK);
+              MLXA_SCAN_FULL, MLXA_SCAN_TOTALS, MLXA_SCAN_CARRIED, MLXA_SCAN_CLEAR, MLXA_SCAN_LOOKBACK,
+              MLXA_SCAN_STATE_BYTES, MLXA_SCAN_STATUS_HEAD);
 }
 """
 
@@ -146,6 +147,7 @@ def test_args_match_c(tmp_path):
     assert (c["MAX_DIMS"], c["REVERSE"], c["INCLUSIVE"], c["WAVE_ROWS"]) == (sc.MAX_DIMS, sc.REVERSE, sc.INCLUSIVE, sc.WAVE_ROWS)
     assert (c["FULL"], c["TOTALS"], c["CARRIED"]) == (sc.FULL, sc.TOTALS, sc.CARRIED)
     assert (c["CLEAR"], c["LOOKBACK"]) == (sc.CLEAR, sc.LOOKBACK)
+    assert (c["STATE_BYTES"], c["STATUS_HEAD"]) == (sc.STATE_BYTES, sc.STATUS_HEAD)
     blob = struct.pack("<QQQ", 1, 2, 3) + sc.pack_args(7, 9, 2, 4, 1, (3, 5), (40, 8), 2, 3, 1)
     assert len(blob) == c["sizeof"]
     assert struct.unpack_from("<q", blob, c["rows"])[0] == 7

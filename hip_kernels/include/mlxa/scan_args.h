@@ -23,6 +23,11 @@
 #define MLXA_SCAN_LOOKBACK 4    // one tile per block, its prefix from the chunks before it
                                 // (decoupled look-back over the status CLEAR zeroed)
 
+// chunk states (TOTALS/CARRIED totals, look-back values): sizeof(State<A>) rounded up for
+// every accumulator; the look-back status starts with the ticket, padded to this header
+#define MLXA_SCAN_STATE_BYTES 16
+#define MLXA_SCAN_STATUS_HEAD 16
+
 extern "C" {
 
 // Row kernel ("r"): rows of n elements along the scan axis, which is the output's
@@ -30,8 +35,9 @@ extern "C" {
 // the input, innermost first), elements step by elem_stride; output row r at r * n.
 // Long rows split into nchunks chunks of `chunk` elements (two launches: TOTALS, then
 // CARRIED; or CLEAR, then LOOKBACK with chunk = one block's tile); otherwise chunk = n
-// and nchunks = 1. Look-back status at totals: a ticket word, 16-byte aligned regions of
-// rows * nchunks flags (uint32), aggregates and inclusive prefixes (16 bytes each).
+// and nchunks = 1. Look-back status at totals: a ticket word (MLXA_SCAN_STATUS_HEAD bytes),
+// then 16-byte aligned regions of rows * nchunks flags (uint32), aggregates and inclusive
+// prefixes (MLXA_SCAN_STATE_BYTES each).
 // Column kernel ("c"): `rows` columns (every position of the other dims), each scanned
 // by one thread; column c starts at c decomposed over shape/strides, its output at
 // (c / inner) * n * inner + c % inner with stride `inner` along the axis.

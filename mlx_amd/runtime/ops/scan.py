@@ -39,7 +39,8 @@ ROW_BLOCK = 512              # row kernel, a block per row (chunk)
 # MLXA_SCAN_ROW_GROUPS(v): 16-byte groups per row-kernel thread per tile, by elements per group
 ROW_GROUPS = {4: 4, 2: 2, 8: 2, 16: 1}
 WAVE_ROW_GROUPS = 4          # rows of at most this many groups per lane take a wave each
-STATE_BYTES = 16             # sizeof(State<A>) rounded up for every accumulator
+STATE_BYTES = 16             # MLXA_SCAN_STATE_BYTES: sizeof(State<A>) rounded up for every accumulator
+STATUS_HEAD = 16             # MLXA_SCAN_STATUS_HEAD: the look-back ticket, padded
 MAX_GRID = (1 << 31) - 1
 
 REVERSE, INCLUSIVE, WAVE_ROWS = 1, 2, 4          # MLXA_SCAN_* flags
@@ -159,8 +160,8 @@ def _plan_lookback(name, count, n, elem_stride, cshape, cstrides, flags, tile, d
     status the second one publishes through (see scan_args.h for its layout)."""
     nchunks = -(-n // tile)
     slots = count * nchunks
-    status = 16 + -(-slots * 4 // 16) * 16 + 2 * slots * STATE_BYTES
-    words = 4 + slots
+    status = STATUS_HEAD + -(-slots * 4 // 16) * 16 + 2 * slots * STATE_BYTES
+    words = STATUS_HEAD // 4 + slots
     clear_grid = min(-(-words // ROW_BLOCK), 4 * max(1, int(device.compute_units)))
     refs = (inp(0), _out(0), tmp(0))
     return Plan((
