@@ -57,9 +57,11 @@ class _TimedGraph:
 def install_phase_timers(acc):
     """Wrap the evaluator's phases (the native graph walk and replay, leaf resolution,
     constant uploads, release, write-back, ...) in timers adding seconds into ``acc``;
-    returns a function that removes the bridge wrapper."""
+    returns a function that removes them again."""
     from mlx_amd.runtime import evaluator as evmod
     from mlx_amd.runtime.context import get_runtime
+
+    undo = []
 
     def wrap(obj, name):
         f = getattr(obj, name)
@@ -71,6 +73,7 @@ def install_phase_timers(acc):
             finally:
                 acc[name] += time.perf_counter() - t
         setattr(obj, name, timed)
+        undo.append(lambda: delattr(obj, name))   # the instance attribute hid the method
 
     ev = get_runtime().evaluator
     for n in ("eval", "_run", "_reap", "_queue_pending", "_host_valid"):
@@ -94,6 +97,8 @@ def install_phase_timers(acc):
 
     def remove():
         evmod._bridge = real
+        for u in undo:
+            u()
     return remove
 
 
