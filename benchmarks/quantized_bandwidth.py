@@ -8,7 +8,9 @@ biases once; x and the output are negligible and counted too), against the devic
 roofline, plus the time of PyTorch's dense bf16 x @ W.T of the same shape (16-bit
 weights: what quantization saves). 4-bit affine rows of 2-8 rows of 16-bit x run on the
 matrix-unit qmv where the device has it (mma.sync here); each is also timed through the
-portable qmv (MLX_AMD_MATRIX_UNITS=0) in the same run. Prefill rows (dequantize + GEMM at M=512): TFLOP/s
+portable qmv (MLX_AMD_MATRIX_UNITS=0) in the same run; one row of 16-bit x against 2/4/8-bit
+affine w runs on qmv_h2 (packed half math), each also timed on qmv's float path
+(QMV_HALF2=False) in the same run. Prefill rows (dequantize + GEMM at M=512): TFLOP/s
 (2 M N K) against PyTorch's dense bf16 matmul. quantize: GB/s of the float weights read
 and the packed outputs written. Writes <out>/quantized_bandwidth-h200.json.
 """
@@ -97,6 +99,17 @@ def main():
                     del os.environ["MLX_AMD_MATRIX_UNITS"]
                 b.row(name + " portable qmv", moved / (pms * 1e-3) / 1e9, "GB/s", "copy roofline", b.roofline_gbps)
                 b.row(name + " time vs portable qmv", ms * 1e3, "us", "portable qmv", pms * 1e3,
+                      higher_is_better=False)
+            if M == 1 and mode == "affine" and bits in (2, 4, 8):
+                # 16-bit x, 2/4/8-bit w: the row above is qmv_h2; qmv's float path for reference
+                Q.QMV_HALF2 = False
+                try:
+                    fms = b.time_node(Q, "QuantizedMatmul", (gs, bits, MODES[mode], True), (x,) + tuple(q), [(M, N)],
+                                      [str(x.dtype).split(".")[-1]])
+                finally:
+                    Q.QMV_HALF2 = True
+                b.row(name + " float qmv", moved / (fms * 1e-3) / 1e9, "GB/s", "copy roofline", b.roofline_gbps)
+                b.row(name + " time vs float qmv", ms * 1e3, "us", "float qmv (QMV_HALF2=False)", fms * 1e3,
                       higher_is_better=False)
             if tms is not None:
                 b.row(name + " time vs PyTorch dense bf16", ms * 1e3, "us", "PyTorch dense bf16", tms * 1e3,

@@ -14,6 +14,9 @@
 //             before any arithmetic, dequantizes in registers, accumulates in float, and
 //             the wave reduces. One load of x serves all the rows. Optional uint32 index
 //             arrays pick x's and w's batch per output batch (GatherQMM).
+//   qmv_h2    the same for 2/4/8-bit affine w and 16-bit x on packed half-precision math:
+//             x staged once per block in shared memory as half2 pairs, ~2.7 issued
+//             instructions a weight instead of ~7 (details at the kernel).
 //   qmv_mma   the same product for 4-bit affine w and 16-bit x on the matrix unit (NVIDIA
 //             mma.sync, CDNA MFMA, RDNA4 WMMA; only mma.sync has run): a wave owns 16
 //             rows, the quantized values go into the A operand in one logic instruction
@@ -383,6 +386,259 @@ MLXA_DEVICE void qmv(const QmvArgs& a) {
       for (int r = 0; r < R; ++r)
         if (row0 + r < N) ((T*)a.out)[(b * M + m) * N + row0 + r] = cast<T>(v[r]);
     }
+  }
+}
+
+// ---- qmv_h2: 2/4/8-bit affine w and 16-bit x on packed half-precision math --------------
+//
+// qmv spends ~7 issued instructions a weight (mask, magic, subtract and FMA in float, plus
+// x's conversion once per row group); on the H200 that keeps it at 0.3-0.45 of the copy
+// bandwidth, limited by the ALU, not by memory (benchmarks/results/qmv_matrix_unit-h200.txt).
+// Here a value costs half of one and_or (two values become the half2 1024 + q * 2^s), half
+// an HSUB2 (minus 1024, exact) and half an HFMA2 against x. For that, each block first
+// writes its row of x into shared memory once, as the half2 pairs the masks produce (values
+// i and i + 16/B of a word, each pre-scaled by 2^-s, exact), times a power of two per chunk
+// of 32 values that keeps the half sums far from overflow (chunk max in [2^E, 2^(E+1)):
+// 16 products of q < 2^B stay below 2^15). Per row and chunk the two half2 sums (8 products
+// each) go to float once: scale * sum / 2^k + bias * sum x, the rest of the sum in float.
+// Precision: x, q and 2^-s are exact in half; each product rounds to 11 bits and each half
+// sum of 16 terms adds ~2^-12 relative to its terms, below the 16-bit output's own rounding.
+// Non-finite x (any chunk) sends the whole block through qmv's float path instead.
+// The weight loads of the next chunk are in flight while the current one is summed, and the
+// first ones while x is staged. Launched with 72 bytes of dynamic shared memory per chunk
+// of k; k at most ~18k values (the launcher checks) and affine modes of 2, 4, 8 bits only.
+// A grid smaller than the row blocks (the launcher: two blocks per compute unit) has each
+// block loop over row blocks with x staged once. Measured on the H200 (tools/qmv_mma.cu,
+// 4-bit g64 bf16, share of the copy bandwidth): 8b head 0.47 -> 0.77, gate/up 0.37 -> 0.47,
+// down 0.37 -> 0.49 against qmv; small matrices (<10 MB) stay latency-bound near qmv.
+constexpr int kQmvH2Waves = 8;
+
+template <int B>
+struct H2Fmt {
+  static_assert(B == 2 || B == 4 || B == 8, "qmv_h2 takes 2, 4 or 8 bits");
+  static constexpr int CW = B;            // 32-bit words per chunk of 32 values
+  static constexpr int PB = 8 / B;        // values per byte: one sub-word's masks
+  static constexpr int PH = 16 / B;       // values per 16-bit half of a word
+  static constexpr int PW = 16 / B;       // half2 pairs per word (two sub-words of PB)
+  static constexpr int E = B == 2 ? 8 : (B == 4 ? 6 : 2);
+  static constexpr int R = B == 8 ? 2 : 4;   // rows per wave (registers: two chunks in flight)
+};
+
+MLXA_DEVICE __half2 h2_from_bits(uint32_t u) {
+  __half2 h;
+  __builtin_memcpy(&h, &u, 4);
+  return h;
+}
+MLXA_DEVICE uint32_t h2_to_bits(__half2 h) {
+  uint32_t u;
+  __builtin_memcpy(&u, &h, 4);
+  return u;
+}
+
+// A chunk's w words, scale and bias for each of R rows.
+template <typename T, int B, int R>
+struct H2Load {
+  uint32_t w[R][B];
+  T s[R], b[R];
+};
+
+// Each row's offsets from its batch's w, scales and biases (32-bit: the launcher checks).
+template <int R>
+struct H2Rows {
+  uint32_t w[R], s[R], b[R];
+};
+
+template <typename T, int B, int R>
+MLXA_DEVICE void qmv_h2_load(H2Load<T, B, R>& L, const QmvRows<T, T>& q, const H2Rows<R>& o, uint32_t c) {
+  const uint32_t g = (c * 32u) >> q.gshift;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    load_words<B>(L.w[r], q.w + (o.w[r] + c * B), true);   // unaligned w takes the float path
+    L.s[r] = q.s[o.s[r] + g];
+    L.b[r] = q.b[o.b[r] + g];
+  }
+}
+
+// acc[r] += chunk c of row r, x's half2 pairs from shared memory (xs: 4 runs of nch uint4,
+// then nch float2 of (sum x, 2^-k)).
+template <typename T, int B, int R>
+MLXA_DEVICE void qmv_h2_sum(float* acc, const H2Load<T, B, R>& L, const Vec<uint32_t, 4>* xs, uint32_t nch,
+                            uint32_t c) {
+  using H = H2Fmt<B>;
+  uint32_t xh[16];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const Vec<uint32_t, 4> v = xs[j * nch + c];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) xh[4 * j + t] = v.v[t];
+  }
+  const Vec<float, 2> mt = ((const Vec<float, 2>*)(xs + 4 * nch))[c];
+  const __half2 k1024 = h2_from_bits(0x64006400u);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    __half2 a0 = h2_from_bits(0u), a1 = h2_from_bits(0u);
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        const uint32_t u = s ? L.w[r][j] >> 8 : L.w[r][j];
+#pragma unroll
+        for (int t = 0; t < H::PB; ++t) {
+          const int p = j * H::PW + s * H::PB + t;
+          constexpr uint32_t m = (1u << B) - 1u;
+          const uint32_t mask = (m << (t * B)) | (m << (t * B + 16));
+          const __half2 h = __hsub2(h2_from_bits(and_or(u, mask, 0x64006400u)), k1024);
+          if (p & 1) a1 = __hfma2(h, h2_from_bits(xh[p]), a1);
+          else a0 = __hfma2(h, h2_from_bits(xh[p]), a0);
+        }
+      }
+    }
+    const __half2 a = __hadd2(a0, a1);
+    const float d = (__low2float(a) + __high2float(a)) * mt.v[1];
+    acc[r] += fmaf((float)widen(L.s[r]), d, (float)widen(L.b[r]) * mt.v[0]);
+  }
+}
+
+// Stage chunk c of x (32 values at xc) as H2Fmt's half2 pairs; false if x there is not finite.
+template <typename T, int B>
+MLXA_DEVICE bool qmv_h2_stage(Vec<uint32_t, 4>* xs, uint32_t nch, uint32_t c, const T* xc, bool xvec) {
+  using H = H2Fmt<B>;
+  constexpr int XV = 16 / sizeof(T);
+  float v[32];
+  if (xvec) {
+#pragma unroll
+    for (int j = 0; j < 32 / XV; ++j) {
+      const Vec<T, XV> q = ((const Vec<T, XV>*)xc)[j];
+#pragma unroll
+      for (int t = 0; t < XV; ++t) v[j * XV + t] = (float)widen(q.v[t]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) v[i] = (float)widen(xc[i]);
+  }
+  float mx = 0.0f, sx = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    mx = fmaxf(mx, fabsf(v[i]));
+    sx += v[i];
+  }
+  // mx * 2^k in [2^E, 2^(E+1)); a subnormal max lands lower (still exact); clamped so 2^k is finite
+  const int ex = (int)((float_as_uint(mx) >> 23) & 255u);
+  const int k = mx > 0.0f ? min(H::E + 127 - max(ex, 1), 120) : 0;
+  const float sc = ldexpf(1.0f, k);
+  uint32_t h[16];
+#pragma unroll
+  for (int p = 0; p < 16; ++p) {
+    const int j = p / H::PW, s = (p % H::PW) / H::PB, t = p % H::PB;
+    const int lo = j * (32 / B) + s * H::PB + t;
+    const float f = sc * (1.0f / (float)(1u << (t * B)));
+    h[p] = h2_to_bits(__floats2half2_rn(v[lo] * f, v[lo + H::PH] * f));
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) xs[j * nch + c] = Vec<uint32_t, 4>{{h[4 * j], h[4 * j + 1], h[4 * j + 2], h[4 * j + 3]}};
+  ((Vec<float, 2>*)(xs + 4 * nch))[c] = Vec<float, 2>{{sx, ldexpf(1.0f, -k)}};
+  return fabsf(sx) <= 3.4028234663852886e38f;
+}
+
+extern __shared__ Vec<uint32_t, 4> qmv_h2_x[];
+
+template <typename T, int B, int W, int R = H2Fmt<B>::R, int NW = kQmvH2Waves, int S = 2>
+MLXA_DEVICE void qmv_h2(const QmvArgs& a) {
+  const int lane = wave_lane<W>(), wave = wave_index<W>();
+  const unsigned M = (unsigned)a.m;
+  const unsigned m = blockIdx.x % M;
+  const int ks = a.ksplit, kpart = wave % ks;
+  __shared__ float partial[NW][R];
+  __shared__ int bad;
+  Vec<uint32_t, 4>* xs = qmv_h2_x;
+  const long long N = a.n;
+  const uint32_t nch = (uint32_t)(a.k / 32), step = (uint32_t)(W * ks), last = nch - 1;
+  // blocks of (NW / ks) * R rows; a grid smaller than that loops over them, staging x once
+  const long long block_rows = (long long)(NW / ks) * R;
+  const long long nrb = (N + block_rows - 1) / block_rows, rb_step = gridDim.x / M;
+  const uint32_t c0 = (uint32_t)(lane + kpart * W);
+  for (long long b = blockIdx.y; b < a.batch; b += gridDim.y) {
+    const QmvBatch<T, T> q = qmv_batch<T, T, true>(a, b);
+    const T* xb = q.x + m * a.x_row;
+    const bool wvec = a.w_vec && aligned(q.w, chunk_align<B>());
+    const bool xvec = a.x_vec && aligned(xb, 16);
+    const QmvRows<T, T> rows{q.w, q.s, q.b, xb, a.w_row, a.s_row, a.b_row, a.group_shift, wvec, xvec};
+    // a ring of S chunks' loads: S - 1 in flight while one is summed (indices are constants
+    // once the stage loop unrolls, so the ring stays in registers)
+    H2Load<T, B, R> L[S];
+    bool staged = false;
+#pragma unroll 1
+    for (long long rb = blockIdx.x / M; rb < nrb; rb += rb_step) {
+      const long long row0 = (rb * (NW / ks) + wave / ks) * R;
+      // rows past the end read the last row (valid memory); their sums are never stored
+      H2Rows<R> o;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const uint32_t n = (uint32_t)(row0 + r < N ? row0 + r : N - 1);
+        o.w[r] = n * (uint32_t)a.w_row;
+        o.s[r] = n * (uint32_t)a.s_row;
+        o.b[r] = n * (uint32_t)a.b_row;
+      }
+#pragma unroll
+      for (int st = 0; st + 1 < S; ++st) {
+        const uint32_t cs = c0 + st * step;
+        qmv_h2_load<T, B, R>(L[st], rows, o, cs < nch ? cs : last);
+      }
+      if (!staged) {   // the first row block's loads fly while x is staged
+        if (threadIdx.x == 0) bad = 0;
+        sync_block();
+        bool fin = true;
+        for (uint32_t i = threadIdx.x; i < nch; i += blockDim.x) fin &= qmv_h2_stage<T, B>(xs, nch, i, xb + i * 32, xvec);
+        if (!fin) bad = 1;
+        sync_block();
+        staged = true;
+      }
+      float acc[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+      if (bad || !wvec) {
+        long long rn[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) rn[r] = row0 + r < N ? row0 + r : N - 1;
+#pragma unroll 1
+        for (long long c = c0; c < nch; c += step) qmv_steps<T, B, kAffine, R, 1>(acc, rows, rn, c, step);
+      } else {
+        uint32_t c = c0;
+#pragma unroll 1
+        while (c < nch) {
+#pragma unroll
+          for (int st = 0; st < S; ++st) {
+            const uint32_t cn = c + (S - 1) * step;   // past the end: reload the last chunk (cached)
+            qmv_h2_load<T, B, R>(L[(st + S - 1) % S], rows, o, cn < nch ? cn : last);
+            qmv_h2_sum<T, B, R>(acc, L[st], xs, nch, c);
+            c += step;
+            if (c >= nch) break;
+          }
+        }
+      }
+      float v[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) v[r] = wave_reduce<W>(acc[r], [](float p, float q) { return p + q; });
+      if (ks > 1) {
+        if (lane == 0) {
+#pragma unroll
+          for (int r = 0; r < R; ++r) partial[wave][r] = v[r];
+        }
+        sync_block();
+        if (kpart == 0 && lane == 0) {
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+            for (int j = 1; j < ks; ++j) v[r] += partial[wave + j][r];
+        }
+        sync_block();   // partial is reused by the next row block
+      }
+      if (kpart == 0 && lane == 0) {
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          if (row0 + r < N) ((T*)a.out)[(b * M + m) * N + row0 + r] = cast<T>(v[r]);
+      }
+    }
+    sync_block();   // x is staged again for the next batch
   }
 }
 
@@ -881,6 +1137,11 @@ MLXA_DEVICE void from_fp8(const Fp8Args& a) {
 #define MLXA_QMV(name, T, B, MODE, W)                                         \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::q::kQmvWaves * W) name(QmvArgs a) { \
     MLXA_WAVE_KERNEL_BODY(W, mlxa::q::qmv<T, B, MODE, W>(a))                    \
+  }
+// qmv_h2: two 8-wave blocks per SM at W = 32 (<= 128 registers); one 512-thread block at W = 64
+#define MLXA_QMV_H2(name, T, B, W)                                                      \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(mlxa::q::kQmvH2Waves * W, 64 / W) name(QmvArgs a) { \
+    MLXA_WAVE_KERNEL_BODY(W, mlxa::q::qmv_h2<T, B, W>(a))                               \
   }
 #define MLXA_QMV_MMA(name, T, G)                                                           \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::q::kQmvMmaThreads) name(QmvArgs a) { mlxa::q::qmv_mma<T, G>(a); }

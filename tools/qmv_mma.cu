@@ -1,6 +1,7 @@
 // Experiment, not part of the package: the 4-bit affine decode matvec (group 64, bfloat16 x,
 // one row of x) four ways on the same data, against the device copy bandwidth:
 //   package        quantized.hip's portable qmv (R4, k split 1/2/4)
+//   h2             quantized.hip's qmv_h2 (packed half math), rows per wave and waves varied
 //   package mma    quantized.hip's qmv_mma (the matrix unit: mma.sync m16n8k16)
 //   v4             a standalone matrix-unit variant (scales of four groups in one read by the
 //                  lanes that use them; ~10% ahead of the package's at large shapes)
@@ -194,6 +195,10 @@ __global__ void __launch_bounds__(128) stream4(MmaArgs a) {
 __global__ void __launch_bounds__(128) qmv_pkg(QmvArgs a) { mlxa::q::qmv<bf, 4, mlxa::q::kAffine, 32>(a); }
 __global__ void __launch_bounds__(128) qmv_pkg_mma(QmvArgs a) { mlxa::q::qmv_mma<bf, 64>(a); }
 
+// qmv_h2 (packed half math, x staged in shared memory) with R rows per wave and NW waves a block.
+template <int R, int NW, int S = 2, int MINB = 2>
+__global__ void __launch_bounds__(NW * 32, MINB) qmv_h2_k(QmvArgs a) { mlxa::q::qmv_h2<bf, 4, 32, R, NW, S>(a); }
+
 int main() {
   size_t pool = 1ull << 30;
   void *pa, *pb;
@@ -239,6 +244,26 @@ int main() {
         printf("  %-12s ks%d %8.2f us %7.1f GB/s %.3f roof  err %.1e\n", name, ks, r.us, r.gbs, r.gbs / roof, r.err);
       }
     };
+    auto h2_run = [&](auto kern, int R, int NW, const char* name, int cap = 1 << 30) {
+      for (int ks = 1; ks <= 4; ks *= 2) {
+        auto run = [&](int i) {
+          QmvArgs q{};
+          q.x = x; q.w = w + (size_t)i * wbytes / 4; q.scales = sc + (size_t)i * gbytes / 2;
+          q.biases = bi + (size_t)i * gbytes / 2; q.out = y; q.m = 1; q.n = s.N; q.k = s.K; q.batch = 1;
+          q.x_row = s.K; q.w_row = s.K / 8; q.s_row = q.b_row = s.K / 64; q.x_count = q.w_count = 1;
+          q.group_shift = 6; q.x_vec = 1; q.w_vec = 1; q.ksplit = ks;
+          for (int d = 0; d < MLXA_QBATCH; ++d) q.out_shape[d] = q.x_shape[d] = q.w_shape[d] = 1;
+          const int rows = NW / ks * R;
+          kern<<<(unsigned)std::min((s.N + rows - 1) / rows, cap), NW * 32, s.K / 32 * 72>>>(q);
+        };
+        Res r = measure(run, copies, bytes, y, yref, s.N);
+        printf("  %-12s ks%d %8.2f us %7.1f GB/s %.3f roof  err %.1e\n", name, ks, r.us, r.gbs, r.gbs / roof, r.err);
+      }
+    };
+    h2_run(qmv_h2_k<4, 8>, 4, 8, "h2 R4 NW8");
+    h2_run(qmv_h2_k<4, 8>, 4, 8, "h2 R4 NW8 P264", 264);
+    h2_run(qmv_h2_k<4, 8, 3>, 4, 8, "h2 R4 NW8 S3 P264", 264);
+    if (getenv("H2ONLY")) continue;
     pkg_run(qmv_pkg, 4 * mlxa::q::kQmvRows, "package");
     pkg_run(qmv_pkg_mma, 4 * 16, "package mma");
     auto own_run = [&](auto kern, int blocks, const char* name) {

@@ -18,7 +18,7 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
-from oracle import check_gpu
+from oracle import check_gpu, plain_mlx
 
 pytestmark = pytest.mark.gpu
 
@@ -222,6 +222,88 @@ def test_qmv_odd_k(gpu_runtime, wave, K, gs):
     # 2 and 4 waves (qmv_ksplit)
     q = make((19, K), gs, 4, dtype=mx.bfloat16)
     check_qmm(xs((1, K), mx.bfloat16), q, gs, 4, what=f"K={K}")
+
+
+# --- qmv_h2: packed half math for 16-bit x, 2/4/8-bit affine w ----------------------------------
+
+def h2_x(M, K, dt, seed=7):
+    """x whose chunks of 32 values span magnitudes 1e-4..1e3 (one value 2e3 in float16, whose
+    outputs must stay finite; 1e7 in bfloat16), so every per-chunk power-of-two scale is
+    exercised."""
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal((M, K)) * 10.0 ** rng.uniform(-4, 3, (M, K // 32, 1)).repeat(32, 2).reshape(M, K)
+    v[:, 5] = 2e3 if dt == mx.float16 else 1e7
+    v[:, 40] = 1e-6
+    return mx.array(v.astype(np.float32)).astype(dt)
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("gs", [32, 128])
+@pytest.mark.parametrize("M", [1, 3])
+def test_qmv_h2_dynamic_range(gpu_runtime, wave, dt, bits, gs, M):
+    """Chunks of very different magnitude: the error stays at the half sums' ~2^-11 of the
+    magnitudes in each chunk (16 products a sum), far inside a bfloat16 output's rounding
+    and within ~4 float16 ulps of the largest output (the H200: up to 1.6e-3 of it, where a
+    chunk holds a value 1e3x its neighbours; MLX_AMD_QMV_HALF2=0 keeps float sums). Float
+    reference. (3 rows of 4-bit x go to the matrix unit where the device has one; the other
+    cases are qmv_h2's.)"""
+    N, K = 40, 1024
+    q = make((N, K), gs, bits, dtype=DT[dt])
+    x = h2_x(M, K, DT[dt])
+    name = qmv_kernel(gpu_runtime, {"f16": "float16", "bf16": "bfloat16"}[dt], gs, bits, M, N, K)
+    assert "qmv_h2" in name or (M > 1 and bits == 4), name
+    ref = qmm_ref(gs, bits, "affine", True)
+    with plain_mlx():
+        r = np.array(ref(x, *q).astype(F32))
+    assert np.isfinite(r).all()
+    scale = float(np.abs(r).max())
+    check_gpu(qmm(gs, bits, "affine", True), x, *q, prims=QMM, ref_fn=ref, rtol=TOL[DT[dt]][0],
+              atol=(4e-3 if dt == "f16" else 1e-3) * scale, what=f"h2 range {bits}b g{gs} {dt} M={M}")
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+@pytest.mark.parametrize("what", ["inf", "-inf", "nan", "overflowing sum"])
+def test_qmv_h2_non_finite_x(gpu_runtime, wave, dt, what):
+    """A non-finite x anywhere sends the block through qmv's float path: MLX's infinities
+    and NaNs, and a chunk whose float sum overflows is no different."""
+    N, K = 24, 256
+    q = make((N, K), 64, 4, dtype=DT[dt])
+    x = xs((2, K), DT[dt])
+    big = 6e4 if dt == "f16" else 3e38
+    val = {"inf": float("inf"), "-inf": -float("inf"), "nan": float("nan"), "overflowing sum": big}[what]
+    pos = (mx.arange(K) >= 64) & (mx.arange(K) < 96) if what == "overflowing sum" else mx.arange(K) == 70
+    x = mx.where(pos, mx.array(val, DT[dt]), x)
+    if what == "overflowing sum":
+        q = (q[0], q[1] * 0, q[2] * 0)                  # w = 0: finite products, the sum of x overflows
+    check_qmm(x, q, 64, 4, what=f"h2 {what} {dt}")
+
+
+@pytest.mark.parametrize("K", [32, 96, 18176, 18176 + 128])
+def test_qmv_h2_k_limits(gpu_runtime, K):
+    """One chunk, fewer chunks than lanes, the longest k the staged x fits (72 bytes a chunk
+    beside the kernel's own shared memory) and one group past it (qmv's float path)."""
+    gs = 32 if K < 128 else 128
+    q = make((33, K), gs, 4, dtype=mx.bfloat16)
+    name = qmv_kernel(gpu_runtime, "bfloat16", gs, 4, 1, 33, K)
+    assert ("qmv_h2" in name) == (K <= 18176), name
+    check_qmm(xs((1, K), mx.bfloat16), q, gs, 4, what=f"h2 K={K}")
+
+
+def test_qmv_h2_switch(gpu_runtime, monkeypatch):
+    """QMV_HALF2 = False keeps 16-bit x on qmv's float path (plans are cached: dropped)."""
+    from mlx_amd.runtime.ops import quantized as Q
+    monkeypatch.setattr(Q, "QMV_HALF2", False)
+    gpu_runtime.evaluator.plans.clear()
+    gpu_runtime.evaluator.drop_programs()
+    try:
+        assert "qmv_h2" not in qmv_kernel(gpu_runtime, "bfloat16", 64, 4, 1, 64, 512)
+        q = make((64, 512), 64, 4, dtype=mx.bfloat16)
+        check_qmm(xs((1, 512), mx.bfloat16), q, 64, 4, what="h2 off")
+    finally:
+        monkeypatch.undo()
+        gpu_runtime.evaluator.plans.clear()
+        gpu_runtime.evaluator.drop_programs()
 
 
 # --- other widths, transpose=False, fp modes --------------------------------------------------

@@ -50,7 +50,8 @@ def test_arg_structs_match_header(tmp_path):
 
 def test_kernel_table_is_lean_and_names_planned_kernels():
     names = set(kt.kernel_names("quantized"))
-    assert len(names) == 9 * 3 * 2 + 9 * 3 + 6 * 3 + 2 * 3 + 2 * 3   # + qmv_mma: 2 dtypes x 3 groups
+    # qmv, dequant, quantize, fp8, qmv_mma (2 dtypes x 3 groups), qmv_h2 (3 widths x 2 dtypes x 2 waves)
+    assert len(names) == 9 * 3 * 2 + 9 * 3 + 6 * 3 + 2 * 3 + 2 * 3 + 3 * 2 * 2
     for fmt in kt.table("quantized").FORMATS:
         for dt in Q.DTYPES:
             assert kt.table("quantized").qmv_name(kt, fmt, dt, 64) in names
@@ -132,7 +133,7 @@ def decode_rows(fmt, W, woff, w_row, S, soff, s_row, B, boff, b_row, rows, cols,
     return out
 
 
-def run_qmv(lau, fmt, mem):
+def run_qmv(lau, fmt, mem, dev=None):
     f = QMV.unpack(lau.args((0,) * 7))
     m, n, k, batch, x_row, w_row, s_row, b_row, x_count, w_count = f[7:17]
     gshift, nb, x_nb, w_nb, _xv, _wv, gather, ks = f[17:25]
@@ -143,6 +144,13 @@ def run_qmv(lau, fmt, mem):
         assert fmt.mode == 0 and fmt.bits == 4 and k % fmt.gs == 0
         assert ks in (1, 2, 4) and lau.grid[0] == -(-n // (Q.QMV_MMA_WAVES // ks * 16))
         assert lau.block[0] in (Q.QMV_MMA_WAVES * 32, Q.QMV_MMA_WAVES * 64)
+    elif "qmv_h2" in lau.kernel:   # H2 rows a wave, 8 // ks row groups a block, x staged in shared memory
+        t = kt.table("quantized")
+        assert fmt.mode == 0 and fmt.bits in t.QMV_H2_ROWS and k % 32 == 0
+        block_rows = t.QMV_H2_WAVES // ks * t.QMV_H2_ROWS[fmt.bits]
+        assert ks in (1, 2, 4, 8) and lau.grid[0] == Q.qmv_h2_blocks(n, m, batch, block_rows, dev or Dev()) * m
+        assert lau.block[0] in (t.QMV_H2_WAVES * 32, t.QMV_H2_WAVES * 64)
+        assert lau.shared_mem == k // 32 * t.QMV_H2_SMEM_PER_CHUNK
     else:
         assert ks in (1, 2, 4) and lau.grid[0] == -(-n // (Q.QMV_WAVES // ks * Q.QMV_ROWS)) * m
     for b in range(batch):
@@ -272,6 +280,94 @@ def test_qmv_mma_plan_model(dt, gs, M):
     out_buf = np.full(M * 40, np.nan)
     run_qmv(plan.steps[0], Q.fmt_for(gs, 4, 0), Mem(bufs + [bufs[0], bufs[0]], [out_buf]))
     np.testing.assert_allclose(out_buf.reshape(M, 40), _ref_qmm(x, deq, True), rtol=1e-5, atol=1e-4)
+
+
+class H2Dev(Dev):
+    max_shared_memory_per_block = 49152
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("gs", [32, 128])
+@pytest.mark.parametrize("M", [1, 5])
+def test_qmv_h2_plan_model(dt, bits, gs, M):
+    """16-bit x and 2/4/8-bit affine w (one row of x; or rows the matrix unit does not
+    take) on qmv_h2, with 72 bytes of shared memory per chunk of k; the model of its
+    arguments gives the product."""
+    N, K = 37, 512
+    wq, sc, bi = quantized((N, K), gs, bits, "affine", seed=bits + M)
+    x = np.random.default_rng(M).standard_normal((M, K)).astype(np.float32)
+    node, bufs = _qmm_node(x, dt, np.array(wq), np_of(sc), np_of(bi), gs, bits, 0, True, (M, N))
+    plan = Q.plan_node(node, H2Dev())
+    want = f"quantized_qmv_mma_a4_g{gs}_{dt}_{dt}" if (bits == 4 and M > 1) else f"quantized_qmv_h2_a{bits}_{dt}_{dt}_w32"
+    assert [st.kernel for st in plan.steps] == [want]
+    out_buf = np.full(M * N, np.nan)
+    run_qmv(plan.steps[0], Q.fmt_for(gs, bits, 0), Mem(bufs + [bufs[0], bufs[0]], [out_buf]))
+    deq = np_of(mx.dequantize(wq, sc, bi, group_size=gs, bits=bits))
+    np.testing.assert_allclose(out_buf.reshape(M, N), _ref_qmm(x, deq, True), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("why", ["float32", "3 bits", "6 bits", "k past shared memory", "switched off",
+                                 "no shared memory", "mxfp4"])
+def test_qmv_h2_only_where_it_serves(why, monkeypatch):
+    dt, bits, gs, K, mode, dev = "bfloat16", 4, 64, 512, 0, H2Dev()
+    if why == "float32":
+        dt = "float32"
+    elif why in ("3 bits", "6 bits"):
+        bits = int(why[0])
+    elif why == "k past shared memory":
+        K = 18176 + 64
+    elif why == "switched off":
+        monkeypatch.setattr(Q, "QMV_HALF2", False)
+    elif why == "no shared memory":
+        dev = Dev()
+    else:
+        mode, gs = 1, 32
+    mname = {0: "affine", 1: "mxfp4"}[mode]
+    wq, sc, *rest = quantized((8, K), gs, bits, mname)
+    x = np.ones((1, K), np.float32)
+    node, _ = _qmm_node(x, dt, np.array(wq), np.array(sc) if mode else np_of(sc),
+                        np_of(rest[0]) if rest else None, gs, bits, mode, True, (1, 8))
+    name = Q.plan_node(node, dev).steps[-1].kernel
+    assert "qmv_h2" not in name and "_qmv_" in name, name
+    if why == "k past shared memory":   # the longest k that fits still takes it
+        wq, sc, bi = quantized((8, 18176), 64, 4, "affine")
+        node, _ = _qmm_node(np.ones((1, 18176), np.float32), dt, np.array(wq), np_of(sc), np_of(bi), 64, 4, 0, True,
+                            (1, 8))
+        assert "qmv_h2" in Q.plan_node(node, dev).steps[-1].kernel
+
+
+def test_qmv_h2_ksplit_and_blocks():
+    dev = H2Dev()
+    assert Q.qmv_h2_ksplit(14336, 1, 4096 // 32, 4, 32, dev) == 1     # 3584 row groups, 1584 waves wanted
+    assert Q.qmv_h2_ksplit(4096, 1, 14336 // 32, 4, 32, dev) == 2     # 1024 groups
+    assert Q.qmv_h2_ksplit(1024, 1, 4096 // 32, 4, 32, dev) == 2      # 128 chunks: two waves of 32 lanes each
+    assert Q.qmv_h2_ksplit(40, 1, 512 // 32, 4, 32, dev) == 1         # short rows: no idle lanes
+    assert Q.qmv_h2_ksplit(4096, 1, 14336 // 32, 4, 64, dev) == 2     # 64-wide waves
+    # two blocks per compute unit loop over the row blocks; fewer row blocks: one each
+    assert Q.qmv_h2_blocks(128256, 1, 1, 32, dev) == 264
+    assert Q.qmv_h2_blocks(1024, 1, 1, 16, dev) == 64
+    assert Q.qmv_h2_blocks(14336, 2, 3, 32, dev) == 44                # rows of x and batches share the cap
+    assert Q.qmv_h2_blocks(14336, 8, 4000, 32, dev) == 1
+
+
+def test_qmv_h2_persistent_plan_model():
+    """More row blocks than the grid has blocks: each block loops (model: the product)."""
+    N, K = 600, 256
+    wq, sc, bi = quantized((N, K), 64, 4, "affine", seed=5)
+    x = np.random.default_rng(5).standard_normal((1, K)).astype(np.float32)
+    node, bufs = _qmm_node(x, "bfloat16", np.array(wq), np_of(sc), np_of(bi), 64, 4, 0, True, (1, N))
+
+    class Small(H2Dev):
+        compute_units = 4
+
+    plan = Q.plan_node(node, Small())
+    st = plan.steps[0]
+    assert "qmv_h2" in st.kernel and st.grid[0] == 8 < -(-N // 32)
+    out_buf = np.full(N, np.nan)
+    run_qmv(st, Q.fmt_for(64, 4, 0), Mem(bufs + [bufs[0], bufs[0]], [out_buf]), Small())
+    deq = np_of(mx.dequantize(wq, sc, bi, group_size=64, bits=4))
+    np.testing.assert_allclose(out_buf, deq @ x[0], rtol=1e-5, atol=1e-4)
 
 
 class AmdDev(Dev):

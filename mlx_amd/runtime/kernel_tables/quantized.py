@@ -3,6 +3,7 @@
 Formats are (name, MLX mode id, bits): affine with 2, 3, 4, 5, 6, 8 bits, mxfp4, mxfp8,
 nvfp4. Names:
   quantized_qmv_<fmt>_<dt>_<dt>_w<32|64>   decode matmul (rows of x <= 8)
+  quantized_qmv_h2_a<2|4|8>_<dt>_<dt>_w<32|64>   the same on packed half math (16-bit x)
   quantized_qmv_mma_a4_g<gs>_<dt>           the same on the matrix unit (4-bit affine, 16-bit x;
                                             mma.sync, MFMA, gfx12 WMMA: elsewhere its body traps)
   quantized_dequant_<fmt>_<dt>_<dt>               packed w -> dtype
@@ -16,6 +17,10 @@ QMV_MAX_M = 8           # rows of x the decode kernel takes (one block per row a
 QMV_WAVES = 4           # mlxa::q::kQmvWaves
 QMV_ROWS = 4            # mlxa::q::kQmvRows
 BLOCK = 256             # mlxa::q::kBlock
+QMV_H2_WAVES = 8        # mlxa::q::kQmvH2Waves
+QMV_H2_ROWS = {2: 4, 4: 4, 8: 2}   # mlxa::q::H2Fmt<B>::R
+QMV_H2_DTYPES = ("float16", "bfloat16")
+QMV_H2_SMEM_PER_CHUNK = 72          # dynamic shared bytes per 32 values of k (half2 x + sum, scale)
 QMV_MMA_WAVES = 4       # mlxa::q::kQmvMmaWaves
 QMV_MMA_STAGE = 256     # mlxa::q::kQmvMmaStage (k per stage of mma.sync's loads: K a multiple there)
 QMV_MMA_DTYPES = ("float16", "bfloat16")
@@ -37,6 +42,10 @@ def fmt_name(mode: int, bits: int):
 
 def qmv_name(kt, fmt, dt, wave):
     return kt.kernel_name("quantized", "qmv", fmt, dt, dt) + f"_w{wave}"
+
+
+def qmv_h2_name(kt, bits, dt, wave):
+    return kt.kernel_name("quantized", "qmv_h2", f"a{int(bits)}", dt, dt) + f"_w{wave}"
 
 
 def qmv_mma_name(kt, dt, gs):
@@ -65,6 +74,11 @@ def entries(kt):
                 yield n, f"MLXA_QMV({n}, {ct}, {bits}, {mode}, {w})"
             n = dequant_name(kt, fmt, dt)
             yield n, f"MLXA_QDEQUANT({n}, {ct}, {bits}, {mode})"
+    for bits in QMV_H2_ROWS:
+        for dt in QMV_H2_DTYPES:
+            for w in WAVES:
+                n = qmv_h2_name(kt, bits, dt, w)
+                yield n, f"MLXA_QMV_H2({n}, {kt.CTYPES[dt]}, {bits}, {w})"
     for dt in QMV_MMA_DTYPES:
         for gs in QMV_MMA_GROUPS:
             n = qmv_mma_name(kt, dt, gs)

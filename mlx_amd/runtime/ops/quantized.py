@@ -9,7 +9,11 @@ and 2 mxfp8 (e8m0 scale bytes, groups of 32), 3 nvfp4 (e4m3 scale bytes, groups 
 
 * decode (transpose, M <= 8 rows of x): the qmv kernel streams w once, dequantizes in
   registers and accumulates in float32; GatherQMM is the same kernel with its uint32
-  index arrays choosing x's and w's batch per output batch. For 4-bit affine w and 16-bit
+  index arrays choosing x's and w's batch per output batch. 16-bit x with 2/4/8-bit affine
+  w takes qmv_h2 instead: the same stream on packed half-precision math (products in
+  half, each chunk's sums to float32; x staged per block as half2 with a power-of-two
+  scale per 32 values; any non-finite x sends the block through qmv's float path), about
+  1.3-1.6x qmv's bandwidth on the H200 where w is large. For 4-bit affine w and 16-bit
   x and 2-8 rows of x (speculative or batched decode), qmv_mma does the same products on
   the matrix unit where the device has one that passed its first-use self-test against qmv
   (``matrix_units``: mma.sync on NVIDIA, MFMA on CDNA, WMMA on RDNA4; RDNA3 and older take
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import struct
 
 from .. import kernel_table as kt
@@ -255,7 +260,13 @@ def _qmv_launch(p: Problem, device, x: Layout, x_ref, out_batch, x_batch, x_bstr
     W = wave_width(device)
     lhs_str, rhs_str = gather if gather is not None else ((), ())
     mma = _qmv_mma_serves(p, device, dt, W, x_vec, w_vec, x_bstr, w_bstrs) if force_mma is None else force_mma
-    if mma:
+    h2 = not mma and force_mma is None and _qmv_h2_serves(p, device, dt)
+    if h2:
+        t = _table()
+        rows = t.QMV_H2_ROWS[f.bits]
+        ks = qmv_h2_ksplit(N, M * batch, K // 32, rows, W, device)
+        grid_x = qmv_h2_blocks(N, M, batch, t.QMV_H2_WAVES // ks * rows, device) * M
+    elif mma:
         ks = qmv_mma_ksplit(N, batch, K // f.gs, device)
         grid_x = -(-N // (QMV_MMA_WAVES // ks * 16))
     else:
@@ -270,6 +281,11 @@ def _qmv_launch(p: Problem, device, x: Layout, x_ref, out_batch, x_batch, x_bstr
     b_ref = inp(3) if f.affine else inp(2)
     lhs_ref, rhs_ref = (inp(n_in), inp(n_in + 1)) if gather is not None else (x_ref, x_ref)
     refs = (x_ref, inp(1), inp(2), b_ref, lhs_ref, rhs_ref, out(0))
+    if h2:
+        t = _table()
+        name = t.qmv_h2_name(kt, f.bits, dt, W)
+        return Launch(FAMILY, name, (grid_x, min(batch, GRID_Y), 1), (t.QMV_H2_WAVES * W, 1, 1),
+                      K // 32 * t.QMV_H2_SMEM_PER_CHUNK, 7, tail, refs)
     if mma:
         name = _table().qmv_mma_name(kt, dt, f.gs)
         return Launch(FAMILY, name, (grid_x, min(batch, GRID_Y), 1), (QMV_MMA_WAVES * W, 1, 1), 0, 7, tail, refs)
@@ -281,6 +297,46 @@ def qmv_ksplit(rows, row_sets, chunks, device) -> int:
     """Waves per row group (plan.ksplit over chunks of k; about 12 waves per compute unit:
     the kernel's registers allow ~16 resident)."""
     return ksplit(-(-rows // QMV_ROWS) * row_sets, chunks, device, QMV_WAVES, per_cu=12)
+
+
+# qmv_h2 (see quantized.hip) takes 16-bit x and 2/4/8-bit affine w where its staged row of x
+# fits the shared memory left beside the kernel's own; QMV_HALF2 = False (or
+# MLX_AMD_QMV_HALF2=0 before the first plan) keeps every product on qmv's float path.
+QMV_HALF2 = os.environ.get("MLX_AMD_QMV_HALF2", "1") != "0"
+QMV_H2_STATIC_SMEM = 8192      # the kernel's static shared memory and the emulated wave's slots, rounded up
+
+
+def _qmv_h2_serves(p: Problem, device, dt) -> bool:
+    t = _table()
+    f = p.fmt
+    if not (QMV_HALF2 and f.affine and f.bits in t.QMV_H2_ROWS and dt in t.QMV_H2_DTYPES):
+        return False
+    limit = min(int(getattr(device, "max_shared_memory_per_block", 0) or 0), 49152) - QMV_H2_STATIC_SMEM
+    # row offsets from a batch's w, scales and biases are 32-bit in the kernel
+    rows_ok = all(p.N * _row_stride(lay) < 2**32 for lay in (p.w, p.s, p.b))
+    return p.K % 32 == 0 and p.K // 32 * t.QMV_H2_SMEM_PER_CHUNK <= limit and rows_ok
+
+
+def qmv_h2_ksplit(rows, row_sets, chunks, rows_per_wave, wave, device) -> int:
+    """Waves of qmv_h2 per row group: the smallest of 1, 2, 4, 8 that gives ~16 waves per
+    compute unit while every lane keeps two chunks of 32 values of k (one summed while the
+    next one's loads are in flight). (tools/qmv_mma.cu on the H200: 1 for 14336 x 4096, 2 for
+    4096 x 14336; more waves per row group cost more than they give elsewhere.)"""
+    target = max(1, int(getattr(device, "compute_units", 1) or 1)) * 12
+    groups = -(-rows // rows_per_wave) * row_sets
+    ks = 1
+    while ks < _table().QMV_H2_WAVES and groups * ks < target and chunks >= 2 * (2 * ks) * wave:
+        ks *= 2
+    return ks
+
+
+def qmv_h2_blocks(rows, m, batch, block_rows, device) -> int:
+    """Row blocks of qmv_h2 launched along x: at most two per compute unit (the residency its
+    registers allow), each looping over its share of the row blocks with x staged once; a
+    block per row block costs a staging of x each (tools/qmv_mma.cu on the H200, the 8b head:
+    0.63 of the copy bandwidth with one block per row block, 0.77 with two per CU)."""
+    cap = max(1, int(getattr(device, "compute_units", 1) or 1)) * 2 // max(1, m * min(batch, GRID_Y))
+    return max(1, min(-(-rows // block_rows), cap))
 
 
 def qmv_mma_ksplit(rows, batch, groups, device) -> int:
