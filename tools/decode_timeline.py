@@ -11,9 +11,10 @@ steps evaluated synchronously (host and GPU one after the other).
 
 Prints one JSON line: medians in milliseconds of build (the model's graph), queue
 (async_eval until it returns), wait (reading the previous token), step (all three), and
-sync (build + eval + read, nothing overlapped), prefill (a fresh cache's prompt, synchronous,
-after one warm-up prefill), and with graphs the host time of their node updates and launch
-per launched step (graph_update_ms, graph_launch_ms). step ~ build + queue means the host is the
+sync (build + eval + read, nothing overlapped), queue_mean / step_mean (means of queue and
+step: the medians hide rare slow steps), prefill (a fresh cache's prompt, synchronous, after
+one warm-up prefill), and with graphs the host time of their node updates and launch per
+launched step (graph_update_ms, graph_launch_ms). step ~ build + queue means the host is the
 bound; a large wait means the GPU is.
 """
 
@@ -114,6 +115,9 @@ def main():
     ap.add_argument("--null", action="store_true",
                     help="no GPU: the host driver with no-op kernels (tools/profile_engine.py); "
                          "host phases only, results are garbage")
+    ap.add_argument("--cus", type=int, default=None,
+                    help="with --null: the compute units the plans see (the host's cores by "
+                         "default; 132 plans SDPA decode splits as on the H200)")
     ap.add_argument("--phases", action="store_true",
                     help="also time the evaluator's phases of the pipelined steps (ms per step, "
                          "in 'phases_ms'; the timers add a little to queue)")
@@ -125,7 +129,7 @@ def main():
     if a.null:
         from profile_engine import make_runtime   # tools/ is the script's own folder
 
-        make_runtime()
+        make_runtime(a.cus)
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
@@ -167,8 +171,12 @@ def main():
             t_prev = t3
             y = ny
         y.item()
+        # (means too: the medians hide the rare steps, e.g. a KV cache growing, that went
+        # back to Python)
         return y, {"build_ms": med(build), "queue_ms": med(queue), "wait_ms": med(wait),
-                   "step_ms": med(total), "tok_s": round(1.0 / statistics.median(total), 1)}
+                   "step_ms": med(total), "tok_s": round(1.0 / statistics.median(total), 1),
+                   "queue_mean_ms": round(statistics.mean(queue) * 1e3, 4),
+                   "step_mean_ms": round(statistics.mean(total) * 1e3, 4)}
 
     def synced(y, n):
         sync = []

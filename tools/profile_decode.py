@@ -29,11 +29,14 @@ def main():
     ap.add_argument("--null", action="store_true",
                     help="no GPU: the host driver with no-op kernels (tools/profile_engine.py); "
                          "host cost and replay behaviour only, results are garbage")
+    ap.add_argument("--cus", type=int, default=None,
+                    help="with --null: the compute units the plans see (132: SDPA decode splits "
+                         "as on the H200)")
     a = ap.parse_args()
     if a.null:
         from profile_engine import make_runtime   # tools/ is the script's own folder
 
-        make_runtime()
+        make_runtime(a.cus)
     import mlx.core as mx
 
     import mlx_amd

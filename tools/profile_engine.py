@@ -23,12 +23,21 @@ import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def make_runtime():
+def make_runtime(compute_units=None):
+    """The null runtime; ``compute_units`` stands in for a GPU's count where launch planning
+    depends on it (an SDPA decode's split count grows with the KV length up to a fill target
+    of the device: 132 is the H200's)."""
+    import dataclasses
+
     from mlx_amd.runtime import context
     from mlx_amd.runtime.driver.host import HostDriver
 
     class NoKernelDriver(HostDriver):
         launches = 0
+
+        def properties(self, device=0):
+            p = super().properties(device)
+            return p if compute_units is None else dataclasses.replace(p, compute_units=compute_units)
 
         def launch(self, function, grid, block, args, shared_mem=0, stream=None):
             NoKernelDriver.launches += 1

@@ -42,6 +42,8 @@ SMALL_UPLOAD = 4096          # bytes: uploads up to this size are staged (see _s
 STAGE_BYTES = 1 << 20
 CONST_SLAB = 64 << 10        # bytes: device slab for small constants (upload_consts)
 CONST_BYTES = 1 << 20        # slabs kept before the constant cache starts over (trim_consts)
+COUNTER_RUN = 64             # a new position-like constant brings this many values (upload_consts)
+COUNTER_MAX = 1 << 24        # ... when it is a 4-byte value below this (as an int32)
 INVAL_LOG = 1 << 16          # invalidated keys kept for replay programs' leaf caches
 
 
@@ -393,6 +395,7 @@ class Residency:
         values = [ctypes.string_at(hp, n) for _, hp, n in items]
         known, offs, total = {}, {}, 0
         find = self.consts.find
+        counters = []
         for v in values:
             if v in known or v in offs:
                 continue
@@ -403,8 +406,26 @@ class Residency:
             total = (total + 15) & ~15   # element alignment for every dtype
             offs[v] = total
             total += len(v)
+            if len(v) == 4 and len(counters) < 4:
+                c = int.from_bytes(v, "little")
+                if c < COUNTER_MAX:
+                    counters.append(c)
         if not offs:
             return [known[v] for v in values]
+        # A position counter (a decode step's RoPE offset: a fresh int32 scalar, one more each
+        # step) would come here every step: its next values go in the same copy, so the next
+        # COUNTER_RUN - 1 steps find theirs in the cache natively (Graph.leaves). Cached by
+        # bytes like any constant, so a guess that is never used costs only its slot.
+        for c in counters:
+            nxt = (c + 1).to_bytes(4, "little")
+            if nxt in offs or find(nxt) is not None:
+                continue
+            for k in range(c + 1, c + COUNTER_RUN):
+                v = k.to_bytes(4, "little")
+                if v not in offs:
+                    total = (total + 15) & ~15
+                    offs[v] = total
+                    total += 4
         if self._const_off + total > CONST_SLAB:
             block = self.device_pool.alloc(max(CONST_SLAB, total))
             self._const_slabs.append([block, []])

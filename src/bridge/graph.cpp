@@ -3,6 +3,7 @@
 #include "flatmap.h"
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -67,11 +68,20 @@ uint32_t Graph::add_slot(const mx::array& a, int32_t producer) {
   return static_cast<uint32_t>(slots_.size() - 1);
 }
 
+// The last walk's sizes: a repeated step (a decode step is ~780 nodes and ~960 slots)
+// reserves what it needs at once, without a rehash or a move of the slots and nodes on
+// the way. Bounded, so a small graph after a huge one does not pay for the huge one's
+// tables. Only a hint, so relaxed.
+static std::atomic<size_t> last_slots{1024}, last_nodes{512};
+
 Graph::Graph(const std::vector<mx::array>& outputs, bool async) {
-  FlatMap<uint32_t> ids(1024);
-  // a decode step is ~1000 slots: no rehash or slot move on the way there
-  slots_.reserve(1024);
-  nodes_.reserve(512);
+  auto hint = [](const std::atomic<size_t>& last) {
+    return std::clamp<size_t>(last.load(std::memory_order_relaxed), 64, 4096) * 9 / 8;
+  };
+  const size_t hint_slots = hint(last_slots);
+  FlatMap<uint32_t> ids(hint_slots);
+  slots_.reserve(hint_slots);
+  nodes_.reserve(hint(last_nodes));
   // (slot of the array that carries the primitive, next input to visit)
   std::vector<std::pair<uint32_t, size_t>> stack;
 
@@ -189,6 +199,8 @@ Graph::Graph(const std::vector<mx::array>& outputs, bool async) {
   }
   for (auto s : outputs_) mix(s);
   fingerprint_ = h;
+  last_slots.store(slots_.size(), std::memory_order_relaxed);
+  last_nodes.store(nodes_.size(), std::memory_order_relaxed);
 }
 
 // Python views of the table, built on first use (a replayed graph never needs

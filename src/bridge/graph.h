@@ -50,12 +50,17 @@ class Graph {
 
  private:
 
+  // Index lists kept inline up to a few entries: a walk made two or three heap lists
+  // per node (inputs, outputs, consumers), and their allocation and freeing were a third
+  // of the walk's and the release's time on a decode step.
+  using Ids = mx::SmallVector<uint32_t, 4>;
+
   struct Slot {
     std::optional<mx::array> arr;
     int32_t producer = -1;           // node index, -1 for a leaf
     uint32_t unfinished_uses = 0;    // consumers not yet finished
     uint32_t held_refs = 0;          // input references in undetached consumers
-    std::vector<uint32_t> consumers; // distinct node indices
+    Ids consumers;                   // distinct node indices
     bool output = false;
   };
   struct Node {
@@ -64,8 +69,8 @@ class Graph {
     // through: output 0's ArrayDesc and its primitive
     const void* desc_addr = nullptr;
     const void* prim_addr = nullptr;
-    std::vector<uint32_t> inputs;    // slot per input, duplicates kept
-    std::vector<uint32_t> outputs;   // slot per output, primitive order
+    Ids inputs;                      // slot per input, duplicates kept
+    Ids outputs;                     // slot per output, primitive order
     bool finished = false;
     bool detached = false;
   };

@@ -330,6 +330,18 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
   auto launch = reinterpret_cast<LaunchFn>(entry);
   struct Rebound { unsigned grid[3]; std::string tail; };
   std::vector<Rebound> rebound;   // this node's steps at its current shapes, if rebound
+  // Rebind answers of this replay by (rebind callable, input shapes and strides). Nodes
+  // with one plan share its callable (plans are cached by signature): an LLM's SDPA
+  // layers ask the same question every step, and one Python call answers them all.
+  // A rebind is a pure function of its arguments (Plan.rebind), so reuse is exact.
+  struct RebindMemo {
+    nb::object fn;   // held: its address stays its own while the entry lives
+    std::vector<int64_t> key;
+    bool none;
+    std::vector<Rebound> steps;
+  };
+  std::vector<RebindMemo> rebind_memo;
+  std::vector<int64_t> rebind_key;
   std::vector<uintptr_t> in_ptrs, out_ptrs, ptrs;
   std::vector<char> donated;
   std::vector<uintptr_t> taken_keys;
@@ -428,15 +440,8 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     if (node.finished) continue;
     const mx::array& a = *slots_[node.outputs[0]].arr;
     auto& prim = a.primitive();
-    bool same = pn.kind != PKind::Python && pn.type == &typeid(prim) &&
-                (pn.prim.get() == &prim || pn.prim->is_equivalent(prim));
-    int64_t shift = 0;   // bytes the main steps' output references move (KV writes)
-    // (by name: libmlx does not export SliceUpdate's type_info)
-    if (!same && pn.kind == PKind::Gpu && pn.type == &typeid(prim) &&
-        node.prim->cname == "SliceUpdate") {
-      same = slice_update_shift(*pn.prim, prim, a, &shift);
-    }
-    // a view runs the node's own primitive (try_view), whatever its parameters
+    // a view runs the node's own primitive (try_view), whatever its parameters: no
+    // is_equivalent for it (most of a step's nodes are views)
     if (pn.kind == PKind::View && pn.type == &typeid(prim)) {
       if (try_view(n)) {
         finish(n);
@@ -445,6 +450,14 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
         python(n, false);
       }
       continue;
+    }
+    bool same = pn.kind != PKind::Python && pn.type == &typeid(prim) &&
+                (pn.prim.get() == &prim || pn.prim->is_equivalent(prim));
+    int64_t shift = 0;   // bytes the main steps' output references move (KV writes)
+    // (by name: libmlx does not export SliceUpdate's type_info)
+    if (!same && pn.kind == PKind::Gpu && pn.type == &typeid(prim) &&
+        node.prim->cname == "SliceUpdate") {
+      same = slice_update_shift(*pn.prim, prim, a, &shift);
     }
     bool outs_same = same;
     for (size_t j = 0; j < node.outputs.size() && outs_same; ++j) {
@@ -458,27 +471,49 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     // the same node at other input shapes: the plan may rebind its steps (Plan.rebind)
     rebound.clear();
     if (outs_same && !ins_same && pn.kind == PKind::Gpu && pn.rebind.is_valid()) {
-      nb::list shapes, strides;
+      rebind_key.clear();
       for (auto s_in : node.inputs) {
         const auto& in = *slots_[s_in].arr;
-        shapes.append(int_tuple(in.shape()));
-        strides.append(int_tuple(in.strides()));
+        rebind_key.push_back(static_cast<int64_t>(in.ndim()));
+        rebind_key.insert(rebind_key.end(), in.shape().begin(), in.shape().end());
+        rebind_key.insert(rebind_key.end(), in.strides().begin(), in.strides().end());
       }
-      nb::object r = pn.rebind(shapes, strides);
-      if (!r.is_none()) {
+      const RebindMemo* hit = nullptr;
+      for (const auto& m : rebind_memo) {
+        if (m.fn.ptr() == pn.rebind.ptr() && m.key == rebind_key) {
+          hit = &m;
+          break;
+        }
+      }
+      if (hit == nullptr) {
+        nb::list shapes, strides;
+        for (auto s_in : node.inputs) {
+          const auto& in = *slots_[s_in].arr;
+          shapes.append(int_tuple(in.shape()));
+          strides.append(int_tuple(in.strides()));
+        }
+        nb::object r = pn.rebind(shapes, strides);
+        RebindMemo m{pn.rebind, rebind_key, r.is_none(), {}};
+        if (!m.none) {
+          for (auto item : nb::cast<nb::list>(r)) {
+            auto t = nb::cast<nb::tuple>(item);
+            auto g = nb::cast<nb::tuple>(t[0]);
+            auto tail = nb::cast<nb::bytes>(t[1]);
+            Rebound rb;
+            for (int i = 0; i < 3; ++i) rb.grid[i] = nb::cast<unsigned>(g[i]);
+            rb.tail.assign(tail.c_str(), tail.size());
+            m.steps.push_back(std::move(rb));
+          }
+        }
+        if (rebind_memo.size() >= 16) rebind_memo.clear();   // a linear search: keep it short
+        rebind_memo.push_back(std::move(m));
+        hit = &rebind_memo.back();
+      }
+      if (!hit->none) {
         size_t main_steps = 0;
         for (auto& st : pn.steps) main_steps += st.init_out < 0;
-        auto rl = nb::cast<nb::list>(r);
-        if (rl.size() != main_steps) bad("replay: a rebind gave the wrong number of steps");
-        for (auto item : rl) {
-          auto t = nb::cast<nb::tuple>(item);
-          auto g = nb::cast<nb::tuple>(t[0]);
-          auto tail = nb::cast<nb::bytes>(t[1]);
-          Rebound rb;
-          for (int i = 0; i < 3; ++i) rb.grid[i] = nb::cast<unsigned>(g[i]);
-          rb.tail.assign(tail.c_str(), tail.size());
-          rebound.push_back(std::move(rb));
-        }
+        if (hit->steps.size() != main_steps) bad("replay: a rebind gave the wrong number of steps");
+        rebound = hit->steps;
         ins_same = true;
       }
     }

@@ -80,7 +80,8 @@ def test_decode_plans(dt, shape, mode):
     assert p.steps[0].grid == (splits * chunks, Hkv, B)
     if splits > 1:
         assert kernels[1] == f"sdpa_combine_{dt}" and p.steps[1].grid == (B * Hq * Lq, 1, 1)
-        cap = min(1 << (splits - 1).bit_length(), sdpa.DECODE_MAX_SPLITS)   # room to rebind
+        cap = sdpa.decode_max_splits(sdpa.problem(n), props())   # room to rebind to any length
+        assert splits <= cap <= sdpa.DECODE_MAX_SPLITS
         assert p.temps == (cap * B * Hq * Lq * D * 4, cap * B * Hq * Lq * 8)
     else:
         assert len(kernels) == 1 and p.temps == ()
@@ -392,6 +393,26 @@ def test_decode_rebind_equals_a_fresh_plan(mode, sinks, Lq):
             rows = 32 * Lq
             assert base.temps[0] >= s0 * rows * 128 * 4 and base.temps[1] >= s0 * rows * 2 * 4
     assert rebound >= 30
+
+
+@pytest.mark.parametrize("shape,cus", [((1, 32, 8, 1, 128), 132), ((1, 32, 8, 1, 64), 132),
+                                       ((1, 32, 1, 4, 128), 304), ((2, 16, 4, 2, 256), 60)])
+def test_decode_rebinds_to_every_longer_kv_length(shape, cus):
+    # an LLM decode: the plan recorded at a short cache (two or more splits) rebinds to every
+    # later length, the split count growing to the device's fill target, and never needs
+    # another plan (each rebind equal to a fresh plan's steps)
+    B, Hq, Hkv, Lq, D = shape
+    dev = props(cus=cus)
+    base = sdpa.plan_node(node(B, Hq, Hkv, Lq, 70, D, cap=8192), dev)
+    assert len(base.steps) == 2
+    seen = set()
+    for Lk in range(70, 8192, 7):
+        n = node(B, Hq, Hkv, Lq, Lk, D, cap=8192)
+        fresh = sdpa.plan_node(n, dev)
+        got = base.rebind([x.shape for x in n.ins], [x.strides for x in n.ins])
+        assert got == [(s.grid, s.tail) for s in fresh.steps], f"Lk={Lk}"
+        seen.add(sdpa.decode_splits(sdpa.problem(n), dev)[0])
+    assert max(seen) == sdpa.decode_max_splits(sdpa.problem(n), dev) and len(seen) > 2
 
 
 def test_decode_rebind_refuses_other_nodes():

@@ -301,6 +301,71 @@ def test_constant_cache_holds_each_value_once_and_starts_over_when_full(null_run
     assert len(res.consts) == 0 and not res._const_slabs
 
 
+def test_a_position_counter_is_uploaded_once_per_run_of_values(null_runtime, monkeypatch):
+    # a decode step's RoPE offset is a fresh int32 scalar, one more each step: a new value
+    # brings its next COUNTER_RUN - 1 values along, so the steps after it find theirs in the
+    # constant cache natively (no upload, no trip through Python); every device copy holds
+    # its value's bytes
+    import ctypes
+
+    from mlx_amd.runtime import residency as residency_mod
+
+    ev, res = null_runtime.evaluator, null_runtime.residency
+    x = mx.array(np.ones((8, 64), np.int32))
+    ev.eval([x])
+    calls = []
+    real = res.upload_consts
+    monkeypatch.setattr(res, "upload_consts", lambda items, stream: calls.append(len(items)) or real(items, stream))
+    steps = 3 * residency_mod.COUNTER_RUN
+    for k in range(steps):
+        pos = mx.array(np.int32(1000 + k))
+        y = (x + pos) * 2
+        ev.eval([y.sum()])
+        v = np.int32(1000 + k).tobytes()
+        addr = res.consts.find(v)
+        assert addr is not None and ctypes.string_at(addr, 4) == v, k
+    assert ev.replays >= steps - 3
+    assert 3 <= len(calls) <= 6, calls      # once per run of values (and the first sightings)
+    # other 4-byte values (floats, large ints) are taken one by one, as before
+    for f in (np.float32(2.5), np.int32(1 << 26)):
+        before = len(res.consts)
+        ev.eval([(x + mx.array(f)).sum()])
+        assert len(res.consts) == before + 1
+
+
+def test_nodes_sharing_a_plan_are_rebound_by_one_call_per_replay(null_runtime, monkeypatch):
+    # an LLM's SDPA layers at a growing KV length: each layer's node has the same plan (plans
+    # are cached by signature), so one rebind answers them all in a replay; none goes back
+    # to Python
+    from mlx_amd.runtime.ops import sdpa
+
+    calls = []
+    real = sdpa.DecodeRebind.__call__
+    monkeypatch.setattr(sdpa.DecodeRebind, "__call__", lambda self, *a: calls.append(1) or real(self, *a))
+    ev = null_runtime.evaluator
+    rng = np.random.default_rng(0)
+    caches = [mx.array(rng.standard_normal((1, 2, 256, 64)).astype(np.float32)) for _ in range(4)]
+    q = mx.array(rng.standard_normal((1, 8, 1, 64)).astype(np.float32))
+    ev.eval(caches + [q])
+
+    def step(L):
+        outs = [mx.fast.scaled_dot_product_attention(q, c[:, :, :L], c[:, :, :L], scale=0.125)
+                for c in caches]
+        return sum(o.sum() for o in outs)
+
+    import mlx_amd
+
+    with mlx_amd.enable():
+        for L in range(100, 110):
+            ev.eval([step(L)])
+    r0, p0, c0 = ev.replays, ev.replay_python, len(calls)
+    with mlx_amd.enable():
+        for L in range(110, 130):
+            ev.eval([step(L)])
+    assert ev.replays - r0 == 20 and ev.replay_python == p0
+    assert len(calls) - c0 == 20
+
+
 def test_first_sightings_take_constants_by_value_without_records(null_runtime):
     import ctypes
 

@@ -251,6 +251,14 @@ def decode_splits(p: Problem, device, Lk: int = None) -> tuple:
     return -(-Lk // kps), kps
 
 
+def decode_max_splits(p: Problem, device) -> int:
+    """The most splits ``decode_splits`` gives this problem at any key length: the split
+    count grows with Lk only until the blocks fill the device."""
+    chunks = -(-(p.G * p.Lq) // DECODE_ROWS)
+    target = max(1, int(device.compute_units)) * DECODE_BLOCKS_PER_CU
+    return max(1, min(-(-target // (p.B * p.Hkv * chunks)), DECODE_MAX_SPLITS))
+
+
 def plan_decode(node, p: Problem, device) -> Plan | None:
     q, k, v = node.ins[:3]
     isz = ITEM[p.dt]
@@ -269,9 +277,11 @@ def plan_decode(node, p: Problem, device) -> Plan | None:
     temps, steps = (), []
     cap = splits
     if splits > 1:
-        # partials for the next power of two of splits: a replay can rebind the same plan
-        # to longer KV lengths (more splits) without other temporaries
-        cap = min(1 << (splits - 1).bit_length(), DECODE_MAX_SPLITS)
+        # partials for the most splits any longer KV length gets: a replay rebinds this plan
+        # to every later decode step, none goes back to Python to be planned again (a
+        # power-of-two headroom sent an LLM's SDPA nodes back at every doubling). Small: the
+        # fill target bounds cap * rows (1.1 MB of partials for llama-8b on the H200)
+        cap = max(splits, decode_max_splits(p, device))
         temps = (cap * rows * p.D * 4, cap * rows * 2 * 4)
         po, pml = tmp(0), tmp(1)
     else:
