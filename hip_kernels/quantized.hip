@@ -412,6 +412,10 @@ MLXA_DEVICE void qmv(const QmvArgs& a) {
 // 4-bit g64 bf16, share of the copy bandwidth): 8b head 0.47 -> 0.77, gate/up 0.37 -> 0.47,
 // down 0.37 -> 0.49 against qmv; small matrices (<10 MB) stay latency-bound near qmv.
 constexpr int kQmvH2Waves = 8;
+// resident blocks the registers must allow: two 256-thread blocks (<= 128 registers each);
+// the emulated 512-thread variant, one
+template <int W>
+constexpr int qmv_h2_min_blocks = W == 32 ? 2 : 1;
 
 template <int B>
 struct H2Fmt {
@@ -1138,9 +1142,8 @@ MLXA_DEVICE void from_fp8(const Fp8Args& a) {
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::q::kQmvWaves * W) name(QmvArgs a) { \
     MLXA_WAVE_KERNEL_BODY(W, mlxa::q::qmv<T, B, MODE, W>(a))                    \
   }
-// qmv_h2: two 8-wave blocks per SM at W = 32 (<= 128 registers); one 512-thread block at W = 64
 #define MLXA_QMV_H2(name, T, B, W)                                                      \
-  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(mlxa::q::kQmvH2Waves * W, 64 / W) name(QmvArgs a) { \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(mlxa::q::kQmvH2Waves * W, mlxa::q::qmv_h2_min_blocks<W>) name(QmvArgs a) { \
     MLXA_WAVE_KERNEL_BODY(W, mlxa::q::qmv_h2<T, B, W>(a))                               \
   }
 #define MLXA_QMV_MMA(name, T, G)                                                           \
