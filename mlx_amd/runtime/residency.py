@@ -408,10 +408,11 @@ class Residency:
             total += len(v)
             if len(v) == 4 and len(counters) < 4:
                 c = int.from_bytes(v, "little")
-                if c < COUNTER_MAX:
+                if 0 < c < COUNTER_MAX:   # (0: float 0.0 and int 0, the commonest constant)
                     counters.append(c)
         if not offs:
             return [known[v] for v in values]
+        asked, asked_bytes = len(offs), total   # the stats count what was asked for
         # A position counter (a decode step's RoPE offset: a fresh int32 scalar, one more each
         # step) would come here every step: its next values go in the same copy, so the next
         # COUNTER_RUN - 1 steps find theirs in the cache natively (Graph.leaves). Cached by
@@ -445,8 +446,8 @@ class Residency:
             slab[1].append(blob)   # the source outlives any copy still reading it
         self._const_off += (total + 255) & ~255
         self.consts.add([(v, base + off) for v, off in offs.items()])
-        self.uploads += len(offs)
-        self.upload_bytes += total
+        self.uploads += asked
+        self.upload_bytes += asked_bytes
         return [known[v] if v in known else base + offs[v] for v in values]
 
     def trim_consts(self) -> None:

@@ -326,11 +326,16 @@ def test_a_position_counter_is_uploaded_once_per_run_of_values(null_runtime, mon
         assert addr is not None and ctypes.string_at(addr, 4) == v, k
     assert ev.replays >= steps - 3
     assert 3 <= len(calls) <= 6, calls      # once per run of values (and the first sightings)
-    # other 4-byte values (floats, large ints) are taken one by one, as before
-    for f in (np.float32(2.5), np.int32(1 << 26)):
-        before = len(res.consts)
+    # other 4-byte values (floats, large ints, zero) are taken one by one, as before, and the
+    # upload statistics count only the values asked for
+    for f in (np.float32(2.5), np.int32(1 << 26), np.int32(0)):
+        before, ups, ubytes = len(res.consts), res.uploads, res.upload_bytes
         ev.eval([(x + mx.array(f)).sum()])
         assert len(res.consts) == before + 1
+        assert (res.uploads - ups, res.upload_bytes - ubytes) == (1, 4)
+    before, ups = len(res.consts), res.uploads
+    ev.eval([(x + mx.array(np.int32(5000))).sum()])      # a new counter: asked 1, cached 64
+    assert (len(res.consts) - before, res.uploads - ups) == (residency_mod.COUNTER_RUN, 1)
 
 
 def test_nodes_sharing_a_plan_are_rebound_by_one_call_per_replay(null_runtime, monkeypatch):
