@@ -228,37 +228,35 @@ int main() {
     CK(cudaDeviceSynchronize());
     printf("qmv 4-bit g64 bf16 %dx%d (%s) %.1f MB x%d\n", s.N, s.K, s.what, bytes / 1e6, copies);
     // the package's kernels, k split over 1, 2 and 4 waves (the planners choose among them)
-    auto pkg_run = [&](auto kern, int rows_per_block_at_ks1, const char* name) {
+    // the package's QmvArgs for weight copy i, k split over ks waves
+    auto args = [&](int i, int ks) {
+      QmvArgs q{};
+      q.x = x; q.w = w + (size_t)i * wbytes / 4; q.scales = sc + (size_t)i * gbytes / 2;
+      q.biases = bi + (size_t)i * gbytes / 2; q.out = y; q.m = 1; q.n = s.N; q.k = s.K; q.batch = 1;
+      q.x_row = s.K; q.w_row = s.K / 8; q.s_row = q.b_row = s.K / 64; q.x_count = q.w_count = 1;
+      q.group_shift = 6; q.x_vec = 1; q.w_vec = 1; q.ksplit = ks;
+      for (int d = 0; d < MLXA_QBATCH; ++d) q.out_shape[d] = q.x_shape[d] = q.w_shape[d] = 1;
+      return q;
+    };
+    // launch(i, ks) over k splits 1, 2, 4 (the planners choose among them)
+    auto sweep = [&](const char* name, auto launch) {
       for (int ks = 1; ks <= 4; ks *= 2) {
-        auto run = [&](int i) {
-          QmvArgs q{};
-          q.x = x; q.w = w + (size_t)i * wbytes / 4; q.scales = sc + (size_t)i * gbytes / 2;
-          q.biases = bi + (size_t)i * gbytes / 2; q.out = y; q.m = 1; q.n = s.N; q.k = s.K; q.batch = 1;
-          q.x_row = s.K; q.w_row = s.K / 8; q.s_row = q.b_row = s.K / 64; q.x_count = q.w_count = 1;
-          q.group_shift = 6; q.x_vec = 1; q.w_vec = 1; q.ksplit = ks;
-          for (int d = 0; d < MLXA_QBATCH; ++d) q.out_shape[d] = q.x_shape[d] = q.w_shape[d] = 1;
-          const int rows = rows_per_block_at_ks1 / ks;
-          kern<<<(unsigned)((s.N + rows - 1) / rows), 128>>>(q);
-        };
-        Res r = measure(run, copies, bytes, y, yref, s.N);
+        Res r = measure([&](int i) { launch(i, ks); }, copies, bytes, y, yref, s.N);
         printf("  %-12s ks%d %8.2f us %7.1f GB/s %.3f roof  err %.1e\n", name, ks, r.us, r.gbs, r.gbs / roof, r.err);
       }
     };
+    auto pkg_run = [&](auto kern, int rows_per_block_at_ks1, const char* name) {
+      sweep(name, [&](int i, int ks) {
+        const int rows = rows_per_block_at_ks1 / ks;
+        kern<<<(unsigned)((s.N + rows - 1) / rows), 128>>>(args(i, ks));
+      });
+    };
+    // qmv_h2: NW waves of R rows a block; cap: the grid's most blocks (they loop over the rest)
     auto h2_run = [&](auto kern, int R, int NW, const char* name, int cap = 1 << 30) {
-      for (int ks = 1; ks <= 4; ks *= 2) {
-        auto run = [&](int i) {
-          QmvArgs q{};
-          q.x = x; q.w = w + (size_t)i * wbytes / 4; q.scales = sc + (size_t)i * gbytes / 2;
-          q.biases = bi + (size_t)i * gbytes / 2; q.out = y; q.m = 1; q.n = s.N; q.k = s.K; q.batch = 1;
-          q.x_row = s.K; q.w_row = s.K / 8; q.s_row = q.b_row = s.K / 64; q.x_count = q.w_count = 1;
-          q.group_shift = 6; q.x_vec = 1; q.w_vec = 1; q.ksplit = ks;
-          for (int d = 0; d < MLXA_QBATCH; ++d) q.out_shape[d] = q.x_shape[d] = q.w_shape[d] = 1;
-          const int rows = NW / ks * R;
-          kern<<<(unsigned)std::min((s.N + rows - 1) / rows, cap), NW * 32, s.K / 32 * 72>>>(q);
-        };
-        Res r = measure(run, copies, bytes, y, yref, s.N);
-        printf("  %-12s ks%d %8.2f us %7.1f GB/s %.3f roof  err %.1e\n", name, ks, r.us, r.gbs, r.gbs / roof, r.err);
-      }
+      sweep(name, [&](int i, int ks) {
+        const int rows = NW / ks * R;
+        kern<<<(unsigned)std::min((s.N + rows - 1) / rows, cap), NW * 32, s.K / 32 * 72>>>(args(i, ks));
+      });
     };
     h2_run(qmv_h2_k<4, 8>, 4, 8, "h2 R4 NW8");
     h2_run(qmv_h2_k<4, 8>, 4, 8, "h2 R4 NW8 P264", 264);
