@@ -411,11 +411,12 @@ MLXA_DEVICE void qmv(const QmvArgs& a) {
 // block loop over row blocks with x staged once. Measured on the H200 (tools/qmv_mma.cu,
 // 4-bit g64 bf16, share of the copy bandwidth): 8b head 0.47 -> 0.77, gate/up 0.37 -> 0.47,
 // down 0.37 -> 0.49 against qmv; small matrices (<10 MB) stay latency-bound near qmv.
-constexpr int kQmvH2Waves = 8;
-// resident blocks the registers must allow: two 256-thread blocks (<= 128 registers each);
-// the emulated 512-thread variant, one
+// 256 threads a block at either width: 8 or 4 row groups (a 512-thread block left CDNA two
+// per SIMD, 256 VGPRs, and its float16 variants spilled); two resident blocks per SM on NVIDIA
+// (<= 128 registers)
+constexpr int kQmvH2Threads = 256;
 template <int W>
-constexpr int qmv_h2_min_blocks = W == 32 ? 2 : 1;
+constexpr int qmv_h2_groups = kQmvH2Threads / W;
 
 template <int B>
 struct H2Fmt {
@@ -546,7 +547,7 @@ MLXA_DEVICE bool qmv_h2_stage(Vec<uint32_t, 4>* xs, uint32_t nch, uint32_t c, co
 
 extern __shared__ Vec<uint32_t, 4> qmv_h2_x[];
 
-template <typename T, int B, int W, int R = H2Fmt<B>::R, int NW = kQmvH2Waves, int S = 2>
+template <typename T, int B, int W, int R = H2Fmt<B>::R, int NW = qmv_h2_groups<W>, int S = 2>
 MLXA_DEVICE void qmv_h2(const QmvArgs& a) {
   const int lane = wave_lane<W>(), wave = wave_index<W>();
   const unsigned M = (unsigned)a.m;
@@ -1143,7 +1144,7 @@ MLXA_DEVICE void from_fp8(const Fp8Args& a) {
     MLXA_WAVE_KERNEL_BODY(W, mlxa::q::qmv<T, B, MODE, W>(a))                    \
   }
 #define MLXA_QMV_H2(name, T, B, W)                                                      \
-  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(mlxa::q::kQmvH2Waves * W, mlxa::q::qmv_h2_min_blocks<W>) name(QmvArgs a) { \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(mlxa::q::kQmvH2Threads, 2) name(QmvArgs a) { \
     MLXA_WAVE_KERNEL_BODY(W, mlxa::q::qmv_h2<T, B, W>(a))                               \
   }
 #define MLXA_QMV_MMA(name, T, G)                                                           \

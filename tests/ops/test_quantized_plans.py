@@ -144,12 +144,12 @@ def run_qmv(lau, fmt, mem, dev=None):
         assert fmt.mode == 0 and fmt.bits == 4 and k % fmt.gs == 0
         assert ks in (1, 2, 4) and lau.grid[0] == -(-n // (Q.QMV_MMA_WAVES // ks * 16))
         assert lau.block[0] in (Q.QMV_MMA_WAVES * 32, Q.QMV_MMA_WAVES * 64)
-    elif "qmv_h2" in lau.kernel:   # H2 rows a wave, 8 // ks row groups a block, x staged in shared memory
+    elif "qmv_h2" in lau.kernel:   # R rows a wave, 256 // W // ks row groups a block, x staged in shared memory
         t = kt.table("quantized")
         assert fmt.mode == 0 and fmt.bits in t.QMV_H2_ROWS and k % 32 == 0
-        block_rows = t.QMV_H2_WAVES // ks * t.QMV_H2_ROWS[fmt.bits]
+        block_rows = t.QMV_H2_THREADS // (dev or Dev()).wave_size // ks * t.QMV_H2_ROWS[fmt.bits]
         assert ks in (1, 2, 4, 8) and lau.grid[0] == Q.qmv_h2_blocks(n, m, batch, block_rows, dev or Dev()) * m
-        assert lau.block[0] in (t.QMV_H2_WAVES * 32, t.QMV_H2_WAVES * 64)
+        assert lau.block[0] == t.QMV_H2_THREADS
         assert lau.shared_mem == k // 32 * t.QMV_H2_SMEM_PER_CHUNK
     else:
         assert ks in (1, 2, 4) and lau.grid[0] == -(-n // (Q.QMV_WAVES // ks * Q.QMV_ROWS)) * m
@@ -349,6 +349,26 @@ def test_qmv_h2_ksplit_and_blocks():
     assert Q.qmv_h2_blocks(1024, 1, 1, 16, dev) == 64
     assert Q.qmv_h2_blocks(14336, 2, 3, 32, dev) == 44                # rows of x and batches share the cap
     assert Q.qmv_h2_blocks(14336, 8, 4000, 32, dev) == 1
+
+
+def test_qmv_h2_on_a_64_wide_device():
+    """CDNA: 256-thread blocks of 4 row groups (a 512-thread block spilled its float16
+    variants to scratch on gfx90a/gfx942), the product unchanged."""
+    class Cdna(H2Dev):
+        wave_size = 64
+        arch = "gfx942"
+        compute_units = 304
+
+    N, K = 100, 1024
+    wq, sc, bi = quantized((N, K), 64, 4, "affine", seed=9)
+    x = np.random.default_rng(9).standard_normal((1, K)).astype(np.float32)
+    node, bufs = _qmm_node(x, "float16", np.array(wq), np_of(sc), np_of(bi), 64, 4, 0, True, (1, N))
+    st = Q.plan_node(node, Cdna()).steps[0]
+    assert st.kernel == "quantized_qmv_h2_a4_float16_float16_w64" and st.block == (256, 1, 1)
+    out_buf = np.full(N, np.nan)
+    run_qmv(st, Q.fmt_for(64, 4, 0), Mem(bufs + [bufs[0], bufs[0]], [out_buf]), Cdna())
+    deq = np_of(mx.dequantize(wq, sc, bi, group_size=64, bits=4))
+    np.testing.assert_allclose(out_buf, deq @ x[0], rtol=1e-5, atol=1e-4)
 
 
 def test_qmv_h2_persistent_plan_model():

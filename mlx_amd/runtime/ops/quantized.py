@@ -265,7 +265,7 @@ def _qmv_launch(p: Problem, device, x: Layout, x_ref, out_batch, x_batch, x_bstr
         t = _table()
         rows = t.QMV_H2_ROWS[f.bits]
         ks = qmv_h2_ksplit(N, M * batch, K // 32, rows, W, device)
-        grid_x = qmv_h2_blocks(N, M, batch, t.QMV_H2_WAVES // ks * rows, device) * M
+        grid_x = qmv_h2_blocks(N, M, batch, t.QMV_H2_THREADS // W // ks * rows, device) * M
     elif mma:
         ks = qmv_mma_ksplit(N, batch, K // f.gs, device)
         grid_x = -(-N // (QMV_MMA_WAVES // ks * 16))
@@ -284,7 +284,7 @@ def _qmv_launch(p: Problem, device, x: Layout, x_ref, out_batch, x_batch, x_bstr
     if h2:
         t = _table()
         name = t.qmv_h2_name(kt, f.bits, dt, W)
-        return Launch(FAMILY, name, (grid_x, min(batch, GRID_Y), 1), (t.QMV_H2_WAVES * W, 1, 1),
+        return Launch(FAMILY, name, (grid_x, min(batch, GRID_Y), 1), (t.QMV_H2_THREADS, 1, 1),
                       K // 32 * t.QMV_H2_SMEM_PER_CHUNK, 7, tail, refs)
     if mma:
         name = _table().qmv_mma_name(kt, dt, f.gs)
@@ -325,7 +325,7 @@ def qmv_h2_ksplit(rows, row_sets, chunks, rows_per_wave, wave, device) -> int:
     target = max(1, int(getattr(device, "compute_units", 1) or 1)) * 12
     groups = -(-rows // rows_per_wave) * row_sets
     ks = 1
-    while ks < _table().QMV_H2_WAVES and groups * ks < target and chunks >= 2 * (2 * ks) * wave:
+    while ks < _table().QMV_H2_THREADS // wave and groups * ks < target and chunks >= 2 * (2 * ks) * wave:
         ks *= 2
     return ks
 
