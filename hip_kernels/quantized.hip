@@ -415,6 +415,10 @@ MLXA_DEVICE void qmv(const QmvArgs& a) {
 // per SIMD, 256 VGPRs, and its float16 variants spilled); two resident blocks per SM on NVIDIA
 // (<= 128 registers)
 constexpr int kQmvH2Threads = 256;
+// chunks of loads a lane keeps: two (one in flight while one is summed) measured best on the
+// H200; AMD's compiler needs ~30 more VGPRs for the ring than nvcc and spilled the 4-bit
+// bfloat16 kernel on gfx1100, so there one (loads, then sums; its occupancy hides latency)
+constexpr int kQmvH2Stages = MLXA_PLATFORM_NVIDIA ? 2 : 1;
 template <int W>
 constexpr int qmv_h2_groups = kQmvH2Threads / W;
 
@@ -547,7 +551,7 @@ MLXA_DEVICE bool qmv_h2_stage(Vec<uint32_t, 4>* xs, uint32_t nch, uint32_t c, co
 
 extern __shared__ Vec<uint32_t, 4> qmv_h2_x[];
 
-template <typename T, int B, int W, int R = H2Fmt<B>::R, int NW = qmv_h2_groups<W>, int S = 2>
+template <typename T, int B, int W, int R = H2Fmt<B>::R, int NW = qmv_h2_groups<W>, int S = kQmvH2Stages>
 MLXA_DEVICE void qmv_h2(const QmvArgs& a) {
   const int lane = wave_lane<W>(), wave = wave_index<W>();
   const unsigned M = (unsigned)a.m;
