@@ -606,11 +606,23 @@ MLXA_DEVICE void qmv_h2(const QmvArgs& a) {
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[r] = 0.0f;
       if (bad || !wvec) {
-        long long rn[R];
+        // qmv's float path, RF rows a pass (AMD: one, the rare path's registers would
+        // otherwise set the kernel's and spill on gfx1151/gfx12)
+        constexpr int RF = MLXA_PLATFORM_NVIDIA ? R : 1;
 #pragma unroll
-        for (int r = 0; r < R; ++r) rn[r] = row0 + r < N ? row0 + r : N - 1;
+        for (int r0 = 0; r0 < R; r0 += RF) {
+          long long rn[RF];
+          float part[RF];
+#pragma unroll
+          for (int j = 0; j < RF; ++j) {
+            rn[j] = row0 + r0 + j < N ? row0 + r0 + j : N - 1;
+            part[j] = 0.0f;
+          }
 #pragma unroll 1
-        for (long long c = c0; c < nch; c += step) qmv_steps<T, B, kAffine, R, 1>(acc, rows, rn, c, step);
+          for (long long c = c0; c < nch; c += step) qmv_steps<T, B, kAffine, RF, 1>(part, rows, rn, c, step);
+#pragma unroll
+          for (int j = 0; j < RF; ++j) acc[r0 + j] = part[j];
+        }
       } else {
         uint32_t c = c0;
 #pragma unroll 1
