@@ -13,7 +13,7 @@ and 2 mxfp8 (e8m0 scale bytes, groups of 32), 3 nvfp4 (e4m3 scale bytes, groups 
   w takes qmv_h2 instead: the same stream on packed half-precision math (products in
   half, each chunk's sums to float32; x staged per block as half2 with a power-of-two
   scale per 32 values; any non-finite x sends the block through qmv's float path), about
-  1.3-1.6x qmv's bandwidth on the H200 where w is large. For 4-bit affine w and 16-bit
+  1.5-1.8x qmv's bandwidth on the H200 where w is large. For 4-bit affine w and 16-bit
   x and 2-8 rows of x (speculative or batched decode), qmv_mma does the same products on
   the matrix unit where the device has one that passed its first-use self-test against qmv
   (``matrix_units``: mma.sync on NVIDIA, MFMA on CDNA, WMMA on RDNA4; RDNA3 and older take
@@ -318,16 +318,13 @@ def _qmv_h2_serves(p: Problem, device, dt) -> bool:
 
 
 def qmv_h2_ksplit(rows, row_sets, chunks, rows_per_wave, wave, device) -> int:
-    """Waves of qmv_h2 per row group: the smallest of 1, 2, 4, 8 that gives ~16 waves per
-    compute unit while every lane keeps two chunks of 32 values of k (one summed while the
-    next one's loads are in flight). (tools/qmv_mma.cu on the H200: 1 for 14336 x 4096, 2 for
-    4096 x 14336; more waves per row group cost more than they give elsewhere.)"""
-    target = max(1, int(getattr(device, "compute_units", 1) or 1)) * 12
-    groups = -(-rows // rows_per_wave) * row_sets
-    ks = 1
-    while ks < _table().QMV_H2_THREADS // wave and groups * ks < target and chunks >= 2 * (2 * ks) * wave:
-        ks *= 2
-    return ks
+    """Waves of qmv_h2 per row group (plan.ksplit, ~12 waves per compute unit) while every
+    lane keeps two chunks of 32 values of k (one summed while the next one's loads are in
+    flight): ksplit's steps are counted in pairs of chunks per 32 lanes. (tools/qmv_mma.cu on
+    the H200: 1 for 14336 x 4096, 2 for 4096 x 14336; more waves per row group cost more than
+    they give elsewhere.)"""
+    return ksplit(-(-rows // rows_per_wave) * row_sets, chunks * 16 // wave, device,
+                  _table().QMV_H2_THREADS // wave, per_cu=12)
 
 
 def qmv_h2_blocks(rows, m, batch, block_rows, device) -> int:
