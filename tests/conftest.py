@@ -8,6 +8,9 @@ import os
 import sys
 
 os.environ.setdefault("MLX_AMD_AUTO", "0")
+# replays become graphs at their first replay here (the default waits for 2), so the suite
+# runs the graph path wherever a test replays; test_graph_after_* checks the default policy
+os.environ.setdefault("MLX_AMD_GRAPH_AFTER", "0")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/oracle.py
 
 import pytest  # noqa: E402

@@ -15,7 +15,7 @@ API (see ``src/bridge/graph.h``):
   Program(fp, n)        a recorded evaluation of one graph structure
   ConstCache()          device copies of small constant leaves by their bytes (replay.h)
   Pool, Outputs         the pools' native bookkeeping, a replay's fresh outputs (src/bridge/pool.h)
-  set_graph_api(), graph_stats(), graph_api_shutdown()
+  set_graph_api(), graph_stats(), graph_api_shutdown(), set_graph_after(), graph_after()
                         replayed launches as CUDA/HIP graphs (src/bridge/graphexec.h)
   drain_freed()         tokens of attached buffers MLX let go of since the last call
   live()                (count, bytes) of attached buffers not yet freed
@@ -101,6 +101,8 @@ Outputs = _bridge.Outputs
 set_graph_api = _bridge.set_graph_api
 graph_api_shutdown = _bridge.graph_api_shutdown
 graph_stats = _bridge.graph_stats
+set_graph_after = _bridge.set_graph_after
+graph_after = _bridge.graph_after
 
-__all__ = ["Graph", "versions", "probe", "buffer_info", "drain_freed", "live", "expired", "launch", "Program", "ConstCache", "Pool", "Outputs", "set_graph_api", "graph_api_shutdown", "graph_stats",
+__all__ = ["Graph", "versions", "probe", "buffer_info", "drain_freed", "live", "expired", "launch", "Program", "ConstCache", "Pool", "Outputs", "set_graph_api", "graph_api_shutdown", "graph_stats", "set_graph_after", "graph_after",
            "check_versions", "check_abi", "MLX_VERSION"]

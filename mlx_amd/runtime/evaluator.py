@@ -42,6 +42,7 @@ from .residency import small_const
 
 
 MAX_PLANS = 8192   # node plans kept (decode steps make a new one per KV length)
+GRAPH_AFTER = 2    # eager replays of a program before its graph (MLX_AMD_GRAPH_AFTER)
 
 # primitive class name -> family launcher module, built once from the launchers' own tables
 DISPATCH = dispatch_table()
@@ -129,6 +130,15 @@ class Evaluator:
         self.replay_python = 0             # nodes of those that differed and ran here
         self._leaf_consts = None           # key -> device copy of the running graph's constants
         self.graphs, self.graphs_selftest = self._resolve_graphs()
+        # A program gets its graph only after this many eager replays: on the H200 a build
+        # costs ~2 µs per kernel node (1.8 ms for a llama-1b decode step) and a graph launch
+        # saves ~1 µs per node (decode_graphs-h200.json), so building after two eager replays
+        # keeps the waste bounded (at most ~2x the better choice) for programs that run
+        # only a few times (a prompt's prefill); HIP's builds are unmeasured (set it higher).
+        after = os.environ.get("MLX_AMD_GRAPH_AFTER", str(GRAPH_AFTER)).strip()
+        if not after.isdigit():
+            raise ValueError(f"MLX_AMD_GRAPH_AFTER={after!r}: expected a count of replays >= 0")
+        _bridge.set_graph_after(int(after))
         # What an eval with nothing left to run waits for: "arrays" (the default: only their
         # own queued work, as MLX does; mlx-lm reads token n right after queuing step n + 1,
         # which then need not finish first) or "stream" (everything queued). With graphs the
@@ -184,6 +194,8 @@ class Evaluator:
         rng = np.random.default_rng(0)
         inputs = [rng.standard_normal((64, 257)).astype(np.float32) for _ in range(6)]
         got, used, why = {}, 0, ""
+        after = _bridge.graph_after()
+        _bridge.set_graph_after(0)     # the graphs of this test are built at first replay
         try:
             for mode in (False, True):
                 self.graphs, outs = mode, []
@@ -200,6 +212,8 @@ class Evaluator:
             why = "they were not used" if not used else "" if same else "results differ"
         except Exception as e:   # a driver error in the graph path: eager is the answer
             ok, why = False, f"{type(e).__name__}: {e}"
+        finally:
+            _bridge.set_graph_after(after)
         self.graphs, self.graphs_selftest = ok, False
         if not ok:
             hint = "MLX_AMD_GRAPHS=1 forces graphs" if self.driver.platform == "nvidia" else \

@@ -113,6 +113,19 @@ void GraphState::release() {
 
 GraphState::~GraphState() { release(); }
 
+namespace {
+int g_graph_after = 0;
+}
+
+int graph_after() { return g_graph_after; }
+
+bool GraphState::wanted() {
+  if (off) return false;
+  if (exec != 0 || eager_replays >= g_graph_after) return true;
+  ++eager_replays;
+  return false;
+}
+
 bool graph_api_ready() { return api().ready && api().alive; }
 
 int launch_eager(const std::vector<LaunchRec>& recs, size_t from, uintptr_t entry,
@@ -229,6 +242,11 @@ void register_graphexec(nb::module_& m) {
   m.def("graph_api_shutdown", []() { api().alive = false; },
         "the driver is going away: programs dropped later leak their graphs instead of "
         "calling into it");
+  m.def("set_graph_after", [](int n) {
+    if (n < 0) throw nb::value_error("set_graph_after: expected a count >= 0");
+    g_graph_after = n;
+  }, "n"_a, "replays of a program that launch eagerly before it is built into a graph");
+  m.def("graph_after", &graph_after);
   m.def("graph_stats", []() {
     auto& c = counters();
     nb::dict d;

@@ -33,12 +33,17 @@ struct GraphState {
   std::vector<uintptr_t> nodes;     // kernel nodes, in launch order
   std::vector<LaunchRec> current;   // what each node holds now
   int rebuilds_in_a_row = 0;
+  int eager_replays = 0;            // replays before its first graph (graph_after())
   bool off = false;                 // its launch sequence keeps changing: eager
+  // May this replay collect its launches for a graph? Only programs that keep coming back
+  // get one (graph_after(): a build costs about two launches saved on the H200).
+  bool wanted();
   ~GraphState();
   void release();
 };
 
 bool graph_api_ready();
+int graph_after();   // replays of a program that launch eagerly before it gets a graph
 // Launch `recs` as the program's graph. Returns 0, or the failing driver status
 // (*what names the call). A graph that cannot be built leaves `state` off and
 // the launches are issued eagerly instead.

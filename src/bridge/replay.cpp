@@ -357,7 +357,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
   // With graphs, launches are collected and issued at the end as the program's graph;
   // anything that must run in order with them on the host side (a callback, a node in
   // Python) first issues what was collected, and the rest of this replay goes eagerly.
-  graphs = graphs && graph_api_ready() && !prog.graph().off;
+  graphs = graphs && graph_api_ready() && prog.graph().wanted();
   std::vector<LaunchRec> pending;
   auto report = [&](int64_t n, int status, const LaunchRec& r) {
     error_cb(n, status, r.function, nb::make_tuple(r.grid[0], r.grid[1], r.grid[2]),

@@ -192,6 +192,39 @@ def test_replays_launch_as_graphs_and_update_changed_nodes(null_runtime):
     assert not ev.programs
 
 
+def test_graph_after_keeps_a_program_eager_for_its_first_replays(null_runtime):
+    # a program launches eagerly for its first graph_after() replays (a prompt's prefill
+    # seen a few times never pays for a graph), then is built once and launched as a graph
+    from profile_engine import null_counts, null_graph_api
+
+    from mlx_amd.runtime import bridge
+
+    ev = null_runtime.evaluator
+    bridge.set_graph_api(*null_graph_api(ev.native))
+    ev.graphs = True
+    before = bridge.graph_after()
+    bridge.set_graph_after(3)
+    try:
+        x = mx.array(np.ones((8, 64), np.float32))
+        c = mx.array(np.float32(1.5))
+        ev.eval([x, c])
+        held, seen = [], []
+        for k in range(8):     # sightings 1-2, replays 1-3 eager, replay 4 builds, 5-6 launch
+            outs = step(x, c)
+            s0, n0 = bridge.graph_stats(), null_counts(ev.native)
+            ev.eval(list(outs))
+            s1, n1 = bridge.graph_stats(), null_counts(ev.native)
+            seen.append((s1["builds"] - s0["builds"], n1["graph_launches"] - n0["graph_launches"],
+                         n1["launches"] > n0["launches"]))
+            held.append(outs)
+        assert seen == [(0, 0, True)] * 5 + [(1, 1, False), (0, 1, False), (0, 1, False)], seen
+        with pytest.raises(ValueError, match="count >= 0"):
+            bridge.set_graph_after(-1)
+    finally:
+        bridge.set_graph_after(before)
+        ev.drop_programs()
+
+
 def test_replays_keep_their_buffers_so_graph_nodes_stay_as_they_are(null_runtime):
     # a decode loop drops each step's intermediates before the next step: the next replay
     # asks the pool for the blocks its nodes had (Pool.alloc's prefer), so their kernel
