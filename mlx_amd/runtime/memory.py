@@ -30,7 +30,9 @@ The pools are not thread-safe: the evaluator's thread owns them.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 import weakref
 from typing import Callable, Optional
 
@@ -49,6 +51,26 @@ HOST_HEADER = 256            # bytes in front of host data; MLX's size header si
 # unified memory is shared with the OS and with MLX's own CPU allocations.
 DISCRETE_FRACTION = 0.90
 SHARED_FRACTION = 0.75
+
+
+_PROT_RW = 0x1 | 0x2                     # PROT_READ | PROT_WRITE (Linux)
+_MAP_ANON_PRIVATE = 0x02 | 0x20          # MAP_PRIVATE | MAP_ANONYMOUS (Linux)
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def _libc_mmap():
+    """libc with mmap/munmap prototypes, or None where there is none (then large host
+    blocks stay pinned)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]
+        libc.munmap.restype = ctypes.c_int
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        return libc if sys.platform.startswith("linux") else None
+    except (OSError, AttributeError):
+        return None
 
 
 def round_size(n: int) -> int:
@@ -275,7 +297,14 @@ class DevicePool(Pool):
 class HostPool(Pool):
     """Buffers MLX will own: a 256-byte header before ``data`` for MLX's size header.
 
-    ``managed=False``: pinned host memory (discrete GPUs; limit from system memory).
+    ``managed=False``: host memory (discrete GPUs; limit from system memory), pinned for
+    the slab classes; with ``pageable_large`` (lazy write-back), requests above
+    ``SLAB_MAX`` get plain anonymous mappings instead. Those blocks are the host side of
+    large device results (a prefill's activations, KV caches) that the host rarely reads:
+    pinning costs ~0.7 ms per MB on the H200 (a llama-8b first replay spent ~100 ms
+    there), a mapping costs nothing until a page is touched, and a read of such an array
+    is a synchronous copy to pageable memory, which is correct, only slower per byte.
+    ``pinned(nbytes)`` gives pinned memory of any size (the staging arena).
     ``managed=True``: one managed allocation that host and device both address
     (unified mode; limit from the device's memory, like ``DevicePool(managed=True)``).
     """
@@ -283,7 +312,11 @@ class HostPool(Pool):
     kind = "host"
     header = HOST_HEADER
 
-    def __init__(self, driver, managed: bool = False, limit: Optional[int] = None):
+    def __init__(self, driver, managed: bool = False, limit: Optional[int] = None,
+                 pageable_large: bool = False):
+        self._driver = driver
+        self._mapped: dict = {}             # address -> bytes of the anonymous mappings
+        self._libc = _libc_mmap() if pageable_large and not managed else None
         if managed:
             self.kind = "unified"
             if limit is None:
@@ -292,4 +325,34 @@ class HostPool(Pool):
         else:
             if limit is None:
                 limit = int(host_memory_info()[1] * SHARED_FRACTION)
-            super().__init__(driver.host_alloc, driver.host_free, host_memory_info, limit)
+            mapped, libc, host_free = self._mapped, self._libc, driver.host_free
+
+            def free(ptr):     # (no reference to the pool: the native core holds this)
+                n = mapped.pop(ptr, None)
+                if n is None:
+                    host_free(ptr)
+                elif libc.munmap(ctypes.c_void_p(ptr), ctypes.c_size_t(n)) != 0:
+                    raise OSError(ctypes.get_errno(), f"munmap({ptr:#x}, {n}) failed")
+            super().__init__(driver.host_alloc, free, host_memory_info, limit)
+
+    def _miss(self, nbytes: int, size: int) -> int:
+        if self._libc is None or nbytes <= SLAB_MAX:
+            return super()._miss(nbytes, size)
+        c = self.core
+        held = c.active + c.cached + c.slack
+        if held + size > c.limit:
+            c.release(held + size - c.limit)
+        if c.active + size > c.limit:
+            raise self._oom(nbytes, size, "over the memory limit")
+        ptr = self._libc.mmap(None, ctypes.c_size_t(size), _PROT_RW, _MAP_ANON_PRIVATE, -1, 0)
+        if ptr is None or ptr == _MAP_FAILED:
+            raise self._oom(nbytes, size, f"mmap failed (errno {ctypes.get_errno()})")
+        self._mapped[ptr] = size
+        return ptr
+
+    def pinned(self, nbytes: int) -> int:
+        """Pinned host memory outside the pool (free with ``free_pinned``)."""
+        return self._driver.host_alloc(nbytes)
+
+    def free_pinned(self, ptr: int) -> None:
+        self._driver.host_free(ptr)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import weakref
 from typing import Iterable, Optional
 
 from . import bridge as _bridge
@@ -117,7 +118,7 @@ class Residency:
             self.host_pool = HostPool(driver, managed=True)
             self.device_pool = self.host_pool
         else:
-            self.host_pool = HostPool(driver)
+            self.host_pool = HostPool(driver, pageable_large=self.lazy)
             self.device_pool = DevicePool(driver)
         self._recs: dict[int, _Rec] = {}
         # keys whose device copy went away or went stale, in order: replay programs cache
@@ -256,14 +257,15 @@ class Residency:
 
     def _staged_region(self, n: int, stream) -> int:
         """n bytes of the pinned staging arena, free of copies still reading them."""
-        if self._stage is None:
-            self._stage = self.host_pool.alloc(STAGE_BYTES)
+        if self._stage is None:   # pinned whatever the pool's policy for its size
+            self._stage = self.host_pool.pinned(STAGE_BYTES)
+            weakref.finalize(self, self.host_pool.free_pinned, self._stage).atexit = False
         off = (self._stage_off + 255) & ~255
         if off + n > STAGE_BYTES:   # full: wait for the copies still reading it
             self.driver.stream_synchronize(stream)
             off = 0
         self._stage_off = off + n
-        return self._stage.data + off
+        return self._stage + off
 
     def synchronized(self) -> None:
         """The evaluator's stream is idle: the staging arena can be reused from the start."""
