@@ -32,6 +32,7 @@ from . import bridge as _bridge
 from . import plan as _plan
 from .launch import Launch as _Launch
 from .launch import NativeLauncher as _NativeLauncher
+from .launch import _pointers
 from .launch import run as _launch
 from .ops import VIEW_PRIMITIVES, dispatch_table  # noqa: F401  (VIEW_PRIMITIVES re-exported)
 from .plan import ITEMSIZE as _ITEMSIZE
@@ -425,13 +426,13 @@ class Evaluator:
         if prim in VIEW_PRIMITIVES and g.try_view(i):
             if prog is not None:
                 g.record(prog, i, 1)
-            self.stats.count(prim, "view")
+            self.stats.by_prim[prim]["view"] += 1
         else:
             fam = DISPATCH.get(prim) if self.gpu else None
             done = fam is not None and self._gpu(g, metas, fam, prim, params, ins, outs, prog, i)
             if done:
                 fresh = done
-                self.stats.count(prim, "gpu")
+                self.stats.by_prim[prim]["gpu"] += 1
             else:
                 if prog is not None:
                     g.record(prog, i, 0)
@@ -558,8 +559,9 @@ class Evaluator:
             return False
         # The signature is plain tuples (cheap to hash); Layouts are built on a miss only.
         # info: (key, data_ptr, offset_bytes, strides, data_size, nbytes, row, col, contig, ours)
-        in_sig = tuple((metas[s], inf[3], inf[4], inf[6], inf[8]) for s, inf in zip(ins, infos))
-        out_sig = tuple(metas[o] for o in outs)
+        # (list comprehensions, not generators: inlined since Python 3.12)
+        in_sig = tuple([(metas[s], inf[3], inf[4], inf[6], inf[8]) for s, inf in zip(ins, infos)])
+        out_sig = tuple([metas[o] for o in outs])
         sig = (prim, params, in_sig, out_sig)
         entry = self.plans.get(sig)
         if entry is None:
@@ -567,7 +569,7 @@ class Evaluator:
                 for k in list(self.plans)[: MAX_PLANS // 2]:   # the oldest half
                     del self.plans[k]
             entry = self.plans[sig] = self._plan(fam, prim, params, in_sig, out_sig)
-        plan, out_nbytes = entry
+        plan, out_nbytes, single = entry
         if plan is None:
             return False
         res = self.residency
@@ -612,7 +614,13 @@ class Evaluator:
         if prog is not None:
             g.record(prog, i, 2)
             self._record(prog, i, plan, out_nbytes, in_ptrs, out_ptrs)
-        self.run_plan(plan, in_ptrs, out_ptrs, donated)
+        if single is not None and self.native is not None:
+            # one kernel on the node's inputs and first output (most nodes): what run_plan
+            # would do, without its per-step dispatch (first sightings run this per node)
+            fn, grid, block, shared_mem, pack, tail = single
+            self.native(fn, grid, block, pack(*in_ptrs, out_ptrs[0]) + tail, shared_mem, stream)
+        else:
+            self.run_plan(plan, in_ptrs, out_ptrs, donated)
         fresh = []
         for j, key in enumerate(keys):
             res.written(key, plan.written[j] if donated[j] and plan.written else None)
@@ -718,7 +726,20 @@ class Evaluator:
         except Exception as e:
             raise RuntimeError(f"mlx-amd: planning {prim} (family {fam.FAMILY}) for inputs "
                                f"{[(l.shape, l.dtype) for l in ins]} failed: {type(e).__name__}: {e}") from e
-        return plan, nbytes
+        return plan, nbytes, self._single(plan, len(ins))
+
+    def _single(self, plan, n_ins):
+        """(function, grid, block, shared_mem, pointer packer, tail) when ``plan`` is one
+        non-empty kernel launch on the node's inputs and first output, with no temporaries
+        or init steps; else None."""
+        if plan is None or plan.temps or plan.init or len(plan.steps) != 1:
+            return None
+        st = plan.steps[0]
+        if (type(st) is not _Launch or st.empty or st.n_ptrs != n_ins + 1
+                or (st.refs is not None and tuple(st.refs) != _plan.default_refs(n_ins))):
+            return None
+        fn = st.function if st.function is not None else self.modules.function(st.family, st.kernel)
+        return fn, st.grid, st.block, st.shared_mem, _pointers(st.n_ptrs).pack, st.tail
 
     def _fallback(self, g, node, ins, outs):
         res = self.residency
