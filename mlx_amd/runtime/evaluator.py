@@ -49,6 +49,14 @@ GRAPH_AFTER = 2    # eager replays of a program before its graph (MLX_AMD_GRAPH_
 DISPATCH = dispatch_table()
 
 
+def _single_args(single, in_ptrs, out_ptrs) -> bytes:
+    """The argument blob of a prepared one-launch plan (Evaluator._single)."""
+    pack, tail, refs = single[4], single[5], single[6]
+    if refs is None:
+        return pack(*in_ptrs, out_ptrs[0]) + tail
+    return pack(*[(out_ptrs if o else in_ptrs)[k] + off for o, k, off in refs]) + tail
+
+
 def _resolve(ref, in_ptrs, out_ptrs, temps):
     kind, i, off = ref
     if kind == "i":
@@ -615,10 +623,10 @@ class Evaluator:
             g.record(prog, i, 2)
             self._record(prog, i, plan, out_nbytes, in_ptrs, out_ptrs)
         if single is not None and self.native is not None:
-            # one kernel on the node's inputs and first output (most nodes): what run_plan
-            # would do, without its per-step dispatch (first sightings run this per node)
-            fn, grid, block, shared_mem, pack, tail = single
-            self.native(fn, grid, block, pack(*in_ptrs, out_ptrs[0]) + tail, shared_mem, stream)
+            # one kernel on the node's own buffers (most nodes): what run_plan would do,
+            # without its per-step dispatch (first sightings run this per node)
+            self.native(single[0], single[1], single[2], _single_args(single, in_ptrs, out_ptrs),
+                        single[3], stream)
         else:
             self.run_plan(plan, in_ptrs, out_ptrs, donated)
         fresh = []
@@ -729,17 +737,25 @@ class Evaluator:
         return plan, nbytes, self._single(plan, len(ins))
 
     def _single(self, plan, n_ins):
-        """(function, grid, block, shared_mem, pointer packer, tail) when ``plan`` is one
-        non-empty kernel launch on the node's inputs and first output, with no temporaries
-        or init steps; else None."""
+        """(function, grid, block, shared_mem, pointer packer, tail, refs) when ``plan`` is
+        one non-empty kernel launch on the node's own buffers (no temporaries, no init
+        steps); refs: None for the inputs in order then the first output, else
+        ((is_output, index, byte offset), ...). Else None."""
         if plan is None or plan.temps or plan.init or len(plan.steps) != 1:
             return None
         st = plan.steps[0]
-        if (type(st) is not _Launch or st.empty or st.n_ptrs != n_ins + 1
-                or (st.refs is not None and tuple(st.refs) != _plan.default_refs(n_ins))):
+        if type(st) is not _Launch or st.empty:
+            return None
+        refs = st.refs
+        if refs is not None:
+            if any(r.kind not in ("i", "o") for r in refs) or len(refs) != st.n_ptrs:
+                return None
+            refs = None if tuple(refs) == _plan.default_refs(n_ins) else \
+                tuple((r.kind == "o", r.index, r.offset) for r in refs)
+        elif st.n_ptrs != n_ins + 1:
             return None
         fn = st.function if st.function is not None else self.modules.function(st.family, st.kernel)
-        return fn, st.grid, st.block, st.shared_mem, _pointers(st.n_ptrs).pack, st.tail
+        return fn, st.grid, st.block, st.shared_mem, _pointers(st.n_ptrs).pack, st.tail, refs
 
     def _fallback(self, g, node, ins, outs):
         res = self.residency

@@ -35,7 +35,14 @@ def _program(x, w, idx):
     c = mx.concatenate([r, mx.cumsum(r)])                   # concatenate, scan
     g = mx.take(x, idx, axis=0)                             # gather
     m = x @ w                                               # GEMM (a host call)
-    return [c, g.sum(), m, mx.sqrt(mx.abs(m)) * 2.0]
+    v = x[3:4] @ w                                          # gemv: explicit refs
+    from mlx_amd import fastops
+
+    n = fastops.rms_norm(x.astype(mx.bfloat16), w[:, 0].astype(mx.bfloat16), 1e-5)
+    q = x.reshape(1, 4, 8, 48)[..., :32]
+    r2 = fastops.rope(q, 32, traditional=False, base=10000.0, scale=1.0, offset=3)
+    a = fastops.scaled_dot_product_attention(r2, r2, q, scale=0.2, mask="causal")
+    return [c, g.sum(), m, mx.sqrt(mx.abs(m)) * 2.0, v, n, a]
 
 
 def _launches(fast):
@@ -68,7 +75,7 @@ def _launches(fast):
     ev.native = native
     outs = _program(x, w, idx)
     ev.eval(outs)
-    return rec, sum(t is not None for t in taken)
+    return rec, [t[-1] is not None for t in taken if t is not None]
 
 
 def test_single_launch_fast_path_issues_the_generic_launches():
@@ -80,7 +87,8 @@ def test_single_launch_fast_path_issues_the_generic_launches():
         generic, _ = _launches(False)
     finally:
         context._runtime = saved
-    assert taken >= 8, "the fast path was hardly taken"
+    assert len(taken) >= 12, "the fast path was hardly taken"
+    assert sum(taken) >= 3, "no launch with explicit refs (gemv, norms, rope) took it"
     assert len(fast) == len(generic) > 10
     assert _normalized(fast) == _normalized(generic)
 
@@ -95,3 +103,33 @@ def _normalized(rec):
         words = tuple(seen.setdefault(v, -1 - len(seen)) if v >= 1 << 32 else v for v in words)
         out.append((fn, grid, block, smem, words, args[8 * n:]))
     return out
+
+
+def test_single_launch_arguments_follow_refs_and_offsets():
+    # refs with offsets, repeats and outputs first: the blob the generic path would pack
+    from mlx_amd.runtime import evaluator as E
+    from mlx_amd.runtime import plan as P
+    from mlx_amd.runtime.launch import Launch
+
+    class Ev:
+        modules = _Named()
+
+    refs = (P.Ref("o", 1, 64), P.Ref("i", 0, 0), P.Ref("i", 2, 4096), P.Ref("o", 0, 8), P.Ref("i", 0, 256))
+    st = Launch("fam", "k", (3, 1, 1), (128, 1, 1), 512, 5, tail=b"\x07" * 12, refs=refs)
+    plan = P.Plan((st,))
+    single = E.Evaluator._single(Ev(), plan, 3)
+    assert single is not None and single[6] is not None
+    ins, outs = (1 << 40, 2 << 40, 3 << 40), (5 << 40, 6 << 40)
+    want = st.args(tuple(E._resolve(r, ins, outs, ()) for r in refs))
+    assert E._single_args(single, ins, outs) == want
+    default = Launch("fam", "k", (1, 1, 1), (64, 1, 1), 0, 4, tail=b"\x01" * 4)
+    s2 = E.Evaluator._single(Ev(), P.Plan((default,)), 3)
+    assert s2[6] is None and E._single_args(s2, ins, outs) == default.args(ins + outs[:1])
+    # what the fast path must leave to run_plan: temporaries, init steps, two steps, empty
+    assert E.Evaluator._single(Ev(), P.Plan((st,), temps=(256,)), 3) is None
+    assert E.Evaluator._single(Ev(), P.Plan((st, st)), 3) is None
+    assert E.Evaluator._single(Ev(), P.Plan((st,), init=((0, (default,)),)), 3) is None
+    empty = Launch("fam", "k", (0, 1, 1), (64, 1, 1), 0, 4)
+    assert E.Evaluator._single(Ev(), P.Plan((empty,)), 3) is None
+    temp_ref = Launch("fam", "k", (1, 1, 1), (64, 1, 1), 0, 2, refs=(P.Ref("t", 0, 0), P.Ref("o", 0, 0)))
+    assert E.Evaluator._single(Ev(), P.Plan((temp_ref,)), 1) is None
