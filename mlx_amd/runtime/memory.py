@@ -162,7 +162,7 @@ class Pool:
         if c.active + size > c.limit:
             raise self._oom(nbytes, size, "over the memory limit")
         try:
-            return self._raw_alloc(size)
+            return self._driver_alloc(nbytes, size)
         except DriverError as e:
             if not e.out_of_memory:
                 raise
@@ -170,11 +170,15 @@ class Pool:
             self.clear_cache()
             self._settle()
             try:
-                return self._raw_alloc(size)
+                return self._driver_alloc(nbytes, size)
             except DriverError as e2:
                 if not e2.out_of_memory:
                     raise
                 raise self._oom(nbytes, size, str(e2)) from e2
+
+    def _driver_alloc(self, nbytes: int, size: int) -> int:
+        """``size`` bytes from the driver for a request of ``nbytes``."""
+        return self._raw_alloc(size)
 
     def _settle(self) -> None:
         """After a release: make the released memory allocatable again (see DevicePool)."""
@@ -335,15 +339,9 @@ class HostPool(Pool):
                     raise OSError(ctypes.get_errno(), f"munmap({ptr:#x}, {n}) failed")
             super().__init__(driver.host_alloc, free, host_memory_info, limit)
 
-    def _miss(self, nbytes: int, size: int) -> int:
+    def _driver_alloc(self, nbytes: int, size: int) -> int:
         if self._libc is None or nbytes <= SLAB_MAX:
-            return super()._miss(nbytes, size)
-        c = self.core
-        held = c.active + c.cached + c.slack
-        if held + size > c.limit:
-            c.release(held + size - c.limit)
-        if c.active + size > c.limit:
-            raise self._oom(nbytes, size, "over the memory limit")
+            return self._raw_alloc(size)
         ptr = self._libc.mmap(None, ctypes.c_size_t(size), _PROT_RW, _MAP_ANON_PRIVATE, -1, 0)
         if ptr is None or ptr == _MAP_FAILED:
             raise self._oom(nbytes, size, f"mmap failed (errno {ctypes.get_errno()})")
