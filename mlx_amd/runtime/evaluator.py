@@ -121,6 +121,7 @@ class Evaluator:
         self.stream = driver.stream_create() if driver.platform != "host" else None
         self.gpu = driver.platform != "host"
         self.plans: dict = {}
+        self._recorded: dict = {}       # id(plan) -> (plan, its steps as _record hands them over)
         self.stats = Stats()
         self.lock = threading.RLock()
         self._deferred = None              # an asynchronous evaluation's error, raised later
@@ -642,6 +643,10 @@ class Evaluator:
         to make its library call natively (``native(ctx, ptrs)``: GEMMs) becomes a native
         step, with its Python callable as the fallback; ``in_ptrs``/``out_ptrs`` (this
         sighting's addresses) give the alignment its library set-up is chosen for."""
+        memo = self._recorded.get(id(plan))
+        if memo is not None and memo[0] is plan:     # (a plan of launches and memsets only)
+            prog.set_gpu(i, tuple(out_nbytes), *memo[1:], plan.rebind)
+            return
         offs, total = [], 0
         for n in plan.temps:
             offs.append(total)
@@ -686,8 +691,16 @@ class Evaluator:
             steps += convert(init, j)
         steps += convert(plan.steps, -1)
         written = [w for w in plan.written] if plan.written else []
-        prog.set_gpu(i, tuple(out_nbytes), [tuple(d) for d in plan.donate], written, steps, total,
-                     plan.rebind)
+        donate = [tuple(d) for d in plan.donate]
+        prog.set_gpu(i, tuple(out_nbytes), donate, written, steps, total, plan.rebind)
+        # Without host calls (whose native set-up depends on this sighting's addresses) the
+        # converted steps depend on the plan alone: a prompt of a new length re-records
+        # every node of a replayed program, mostly with plans seen before.
+        if all(type(st) is not _plan.HostCall for st in plan.steps) and \
+                all(type(st) is not _plan.HostCall for _, init in plan.init for st in init):
+            if len(self._recorded) >= MAX_PLANS:
+                self._recorded.clear()
+            self._recorded[id(plan)] = (plan, donate, written, steps, total)
 
     def run_plan(self, plan, in_ptrs, out_ptrs, donated=None):
         """Queue a plan's steps on given device addresses: temporaries from the pool for the

@@ -1,5 +1,5 @@
-"""The evaluator's one-kernel fast path (Evaluator._single): a node whose plan is one launch
-on its inputs and first output is launched without run_plan's per-step dispatch. It must
+"""The evaluator's per-node fast paths. The one-kernel path (Evaluator._single): a node whose
+plan is one launch on its own buffers is launched without run_plan's per-step dispatch. It must
 issue exactly the launches the generic path issues: same kernels, grids, blocks, shared
 memory and argument bytes (addresses by order of first use, fresh runtimes), on the null
 runtime (tools/profile_engine.py), over a graph of many families."""
@@ -133,3 +133,47 @@ def test_single_launch_arguments_follow_refs_and_offsets():
     assert E.Evaluator._single(Ev(), P.Plan((empty,)), 3) is None
     temp_ref = Launch("fam", "k", (1, 1, 1), (64, 1, 1), 0, 2, refs=(P.Ref("t", 0, 0), P.Ref("o", 0, 0)))
     assert E.Evaluator._single(Ev(), P.Plan((temp_ref,)), 1) is None
+
+
+def test_recording_a_plan_again_hands_over_the_same_steps():
+    # _record keeps a plan's converted steps (no host calls: nothing address-dependent) and
+    # hands the same data to the next program that records it
+    from profile_engine import make_runtime
+
+    from mlx_amd.runtime import context
+    from mlx_amd.runtime import plan as P
+    from mlx_amd.runtime.launch import Launch
+
+    saved = context._runtime
+    try:
+        rt, _ = make_runtime()
+    finally:
+        context._runtime = saved
+    ev = rt.evaluator
+    ev.modules = _Named()
+
+    class Prog:
+        def __init__(self):
+            self.calls = []
+
+        def set_gpu(self, *args):
+            self.calls.append(args)
+
+    st = Launch("fam", "k", (3, 1, 1), (128, 1, 1), 0, 3, refs=(P.Ref("i", 0, 0), P.Ref("t", 0, 64), P.Ref("o", 0, 0)))
+    fill = P.Memset(P.Ref("o", 0, 0), 4096)
+    plan = P.Plan((st,), temps=(1000,), init=((0, (fill,)),), donate=((0, 0),), written=((0, 64),))
+    a, b = Prog(), Prog()
+    ev._record(a, 5, plan, (4096,), [1 << 40], [2 << 40])
+    assert ev._recorded[id(plan)][0] is plan
+    ev._record(b, 7, plan, (4096,), [3 << 40], [4 << 40])
+    (ca,), (cb,) = a.calls, b.calls
+    assert ca[0] == 5 and cb[0] == 7 and ca[1:] == cb[1:]
+    assert ca[4][-1][0] == "L" and ca[4][-1][5] == [("i", 0, 0), ("t", 0, 64), ("o", 0, 0)] and ca[5] == 1024
+
+    class Gemm:          # a host call: its native set-up depends on the addresses, never kept
+        def __call__(self, ptrs, stream, ev):
+            pass
+
+    host = P.Plan((P.HostCall(Gemm(), (P.Ref("i", 0, 0), P.Ref("o", 0, 0))),))
+    ev._record(Prog(), 1, host, (64,), [1 << 40], [2 << 40])
+    assert id(host) not in ev._recorded
