@@ -593,7 +593,8 @@ class Evaluator:
                     in_ptrs.append(dev + inf[2])
                     continue
             rec = recs.get(inf[0])
-            if rec is not None and rec.current(inf[1], inf[5]):
+            # (rec.current(host, nbytes), inline: this loop runs for every input of every node)
+            if rec is not None and rec.dev_valid and (rec.ours or (rec.host_ptr == inf[1] and rec.nbytes == inf[5])):
                 in_ptrs.append(rec.dev_ptr + inf[2])
                 continue
             if inf[9] == -1 and rec is None:
@@ -631,8 +632,16 @@ class Evaluator:
         else:
             self.run_plan(plan, in_ptrs, out_ptrs, donated)
         fresh = []
+        dirty = res._dirty
         for j, key in enumerate(keys):
-            res.written(key, plan.written[j] if donated[j] and plan.written else None)
+            rec = recs.get(key)
+            if rec is not None and not (donated[j] and plan.written):
+                # res.written(key) for the whole buffer, inline (every output of every node)
+                if rec.lo >= rec.hi:
+                    dirty.add(key)
+                rec.lo, rec.hi = 0, rec.nbytes
+            else:
+                res.written(key, plan.written[j] if donated[j] and plan.written else None)
             if not donated[j]:
                 fresh.append((key, out_ptrs[j]))
         return fresh or True
