@@ -177,3 +177,39 @@ def test_recording_a_plan_again_hands_over_the_same_steps():
     host = P.Plan((P.HostCall(Gemm(), (P.Ref("i", 0, 0), P.Ref("o", 0, 0))),))
     ev._record(Prog(), 1, host, (64,), [1 << 40], [2 << 40])
     assert id(host) not in ev._recorded
+
+
+def test_freed_tokens_are_routed_through_a_plain_list_of_live_owners():
+    # _route_freed runs after almost every node: the owners are a list of weak references
+    # (deduplicated, dead ones dropped), tokens go to whoever owns them, the rest are counted
+    import gc
+
+    from mlx_amd.runtime import evaluator as E
+
+    class Res:
+        def __init__(self, keys):
+            self.keys, self.got = set(keys), []
+
+        def owns(self, t):
+            return t in self.keys
+
+        def freed(self, ts):
+            self.got += ts
+            self.keys -= set(ts)
+
+    owners = E._Owners()
+    a, b = Res({1, 2}), Res({3})
+    owners.add(a)
+    owners.add(b)
+    owners.add(a)
+    assert owners.live() == [a, b]
+    saved, before = E._OWNERS, E.foreign_frees
+    E._OWNERS = owners
+    try:
+        E._route_freed([3, 1, 99])
+        assert (a.got, b.got, E.foreign_frees - before) == ([1], [3], 1)
+        del b
+        gc.collect()
+        assert owners.live() == [a] and len(owners._refs) == 1
+    finally:
+        E._OWNERS = saved
