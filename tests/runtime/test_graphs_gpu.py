@@ -36,3 +36,32 @@ def test_decode_tokens_same_with_and_without_graphs(gpu_runtime, monkeypatch):
         used = bridge.graph_stats()["launches"] - s0
         assert (used > 10) if mode else (used == 0), (mode, used)
     assert runs[True] == runs[False]
+
+
+def test_decode_with_the_default_graph_policy_matches_eager(gpu_runtime, monkeypatch):
+    # the suite builds graphs at the first replay (conftest); the default waits for two eager
+    # replays per program: the same tokens, graphs launched only once programs came back
+    from mlx_amd import llm
+    from mlx_amd.runtime.evaluator import GRAPH_AFTER
+
+    ev = gpu_runtime.evaluator
+    model = llm.random_model("llama-1b", "bfloat16", seed=5)
+    prompt = mx.random.randint(0, model.args.vocab_size, (20,), key=mx.random.key(4))
+    before = bridge.graph_after()
+    bridge.set_graph_after(GRAPH_AFTER)
+    try:
+        runs = {}
+        for mode in (False, True):
+            monkeypatch.setattr(ev, "graphs", mode)
+            ev.drop_programs()
+            s0 = bridge.graph_stats()
+            runs[mode] = llm.generate(model, prompt, 16)[0]
+            s1 = bridge.graph_stats()
+            used = s1["launches"] - s0["launches"]
+            if mode:
+                assert used > 5 and s1["builds"] > s0["builds"], (s0, s1)
+            else:
+                assert used == 0
+    finally:
+        bridge.set_graph_after(before)
+    assert runs[True] == runs[False]
