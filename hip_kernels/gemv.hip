@@ -5,7 +5,8 @@
 // and long k (a GPU that would sit half idle) ksplit waves of a block share a row group,
 // each over every ksplit-th step of k, and combine through shared memory. The 16-byte
 // path needs a row base and stride aligned to 16 bytes; anything else (sliced views)
-// takes the scalar path, chosen per launch.
+// takes the scalar path, chosen per launch. One launch may also cover sibling matrices
+// times the same x (gemv_args.h: GemvSibs), their row blocks after the first matrix's.
 #include "mlxa/gemv_args.h"
 #include "mlxa/types.h"
 #include "mlxa/wave.h"
@@ -41,25 +42,39 @@ MLXA_DEVICE void gemv_steps(float* acc, const Vec<T, 16 / sizeof(T)>* xv, const 
 }
 
 template <typename T, int W, int R = kGemvRows, int U = kGemvSteps>
-MLXA_DEVICE void gemv(const GemvArgs& a) {
+MLXA_DEVICE void gemv(const GemvSibs& sib, const GemvArgs& a, const GemvSibRows& sr) {
   constexpr int V = 16 / sizeof(T);
   const int lane = wave_lane<W>(), wave = wave_index<W>();
   const int ks = a.ksplit, kpart = wave % ks;
-  const long long N = a.rows, K = a.k;
-  const long long row0 = ((long long)blockIdx.x * (kGemvWaves / ks) + wave / ks) * R;
+  const long long K = a.k;
+  // the matrix of this block: GemvArgs' rows first, then each sibling's (whole blocks each)
+  const long long block_rows = (long long)(kGemvWaves / ks) * R;
+  const long long nb0 = (a.rows + block_rows - 1) / block_rows, nb1 = (sr.rows[0] + block_rows - 1) / block_rows;
+  long long blk = blockIdx.x;
+  const T* wm = (const T*)a.w;
+  T* ym = (T*)a.y;
+  long long N = a.rows;
+  if (blk >= nb0) {
+    const int j = blk >= nb0 + nb1 ? 1 : 0;
+    blk -= j ? nb0 + nb1 : nb0;
+    wm = (const T*)sib.w[j];
+    ym = (T*)sib.y[j];
+    N = sr.rows[j];
+  }
+  const long long row0 = (blk * (kGemvWaves / ks) + wave / ks) * R;
   const long long bat = blockIdx.y;
   const T* x = (const T*)a.x + bat * a.batch_x;
   // rows past the end read the last row (valid memory); their sums are never stored
   const T* w[R];
 #pragma unroll
   for (int r = 0; r < R; ++r)
-    w[r] = (const T*)a.w + bat * a.batch_w + (row0 + r < N ? row0 + r : N - 1) * a.ldw;
+    w[r] = wm + bat * a.batch_w + (row0 + r < N ? row0 + r : N - 1) * a.ldw;
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   if (row0 < N) {
     const bool vec = a.incx == 1 && K % V == 0 && a.ldw % V == 0 &&
-                     ((unsigned long long)a.w % 16) == 0 && ((unsigned long long)a.x % 16) == 0 &&
+                     ((unsigned long long)wm % 16) == 0 && ((unsigned long long)a.x % 16) == 0 &&
                      (a.batch_w % V) == 0 && (a.batch_x % V) == 0;
     if (vec) {
       const long long nv = K / V, step = (long long)W * ks;
@@ -97,7 +112,7 @@ MLXA_DEVICE void gemv(const GemvArgs& a) {
     }
   }
   if (kpart == 0 && lane == 0) {
-    T* y = (T*)a.y + bat * a.batch_y;
+    T* y = ym + bat * a.batch_y;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (row0 + r < N) {
@@ -111,9 +126,9 @@ MLXA_DEVICE void gemv(const GemvArgs& a) {
 
 }  // namespace mlxa
 
-#define MLXA_GEMV(name, T, W)                                                  \
-  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::kGemvWaves * W) name(GemvArgs a) { \
-    MLXA_WAVE_KERNEL_BODY(W, mlxa::gemv<T, W>(a))                              \
+#define MLXA_GEMV(name, T, W)                                                                   \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::kGemvWaves * W) name(GemvSibs s, GemvArgs a, GemvSibRows r) { \
+    MLXA_WAVE_KERNEL_BODY(W, mlxa::gemv<T, W>(s, a, r))                                         \
   }
 
 #include "gemv.inc"

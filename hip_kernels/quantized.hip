@@ -408,7 +408,8 @@ MLXA_DEVICE void qmv(const QmvArgs& a) {
 // first ones while x is staged. Launched with 72 bytes of dynamic shared memory per chunk
 // of k; k at most ~18k values (the launcher checks) and affine modes of 2, 4, 8 bits only.
 // A grid smaller than the row blocks (the launcher: two blocks per compute unit) has each
-// block loop over row blocks with x staged once. Measured on the H200 (tools/qmv_mma.cu,
+// block loop over row blocks with x staged once; the row blocks may span sibling matrices
+// times the same x (quantized_args.h: QmvSibs), each block reading its matrix's operands. Measured on the H200 (tools/qmv_mma.cu,
 // 4-bit g64 bf16, share of the copy bandwidth): 8b head 0.47 -> 0.77, gate/up 0.37 -> 0.47,
 // down 0.37 -> 0.49 against qmv; small matrices (<10 MB) stay latency-bound near qmv.
 // 256 threads a block at either width: 8 or 4 row groups (a 512-thread block left CDNA two
@@ -551,8 +552,19 @@ MLXA_DEVICE bool qmv_h2_stage(Vec<uint32_t, 4>* xs, uint32_t nch, uint32_t c, co
 
 extern __shared__ Vec<uint32_t, 4> qmv_h2_x[];
 
+// The matrix (QmvArgs' or a sibling's) that row block rb of qmv_h2 belongs to: its operands,
+// its first global row and its rows. Siblings start on a row-block boundary (the launcher).
+template <typename T>
+struct H2Seg {
+  const uint32_t* w;
+  const T* s;
+  const T* b;
+  T* out;
+  long long first, rows;
+};
+
 template <typename T, int B, int W, int R = H2Fmt<B>::R, int NW = qmv_h2_groups<W>, int S = kQmvH2Stages>
-MLXA_DEVICE void qmv_h2(const QmvArgs& a) {
+MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& sr) {
   const int lane = wave_lane<W>(), wave = wave_index<W>();
   const unsigned M = (unsigned)a.m;
   const unsigned m = blockIdx.x % M;
@@ -560,25 +572,36 @@ MLXA_DEVICE void qmv_h2(const QmvArgs& a) {
   __shared__ float partial[NW][R];
   __shared__ int bad;
   Vec<uint32_t, 4>* xs = qmv_h2_x;
-  const long long N = a.n;
+  const long long N0 = a.n, N1 = sr.rows[0], N2 = sr.rows[1];
   const uint32_t nch = (uint32_t)(a.k / 32), step = (uint32_t)(W * ks), last = nch - 1;
   // blocks of (NW / ks) * R rows; a grid smaller than that loops over them, staging x once
   const long long block_rows = (long long)(NW / ks) * R;
-  const long long nrb = (N + block_rows - 1) / block_rows, rb_step = gridDim.x / M;
+  const long long nrb = (N0 + block_rows - 1) / block_rows + (N1 + block_rows - 1) / block_rows +
+                        (N2 + block_rows - 1) / block_rows;
+  const long long rb_step = gridDim.x / M;
   const uint32_t c0 = (uint32_t)(lane + kpart * W);
   for (long long b = blockIdx.y; b < a.batch; b += gridDim.y) {
     const QmvBatch<T, T> q = qmv_batch<T, T, true>(a, b);
     const T* xb = q.x + m * a.x_row;
-    const bool wvec = a.w_vec && aligned(q.w, chunk_align<B>());
     const bool xvec = a.x_vec && aligned(xb, 16);
-    const QmvRows<T, T> rows{q.w, q.s, q.b, xb, a.w_row, a.s_row, a.b_row, a.group_shift, wvec, xvec};
     // a ring of S chunks' loads: S - 1 in flight while one is summed (indices are constants
     // once the stage loop unrolls, so the ring stays in registers)
     H2Load<T, B, R> L[S];
     bool staged = false;
 #pragma unroll 1
     for (long long rb = blockIdx.x / M; rb < nrb; rb += rb_step) {
-      const long long row0 = (rb * (NW / ks) + wave / ks) * R;
+      long long grow = rb * block_rows;   // the block's first row over the three matrices
+      const long long e1 = (N0 + block_rows - 1) / block_rows * block_rows;
+      const long long e2 = e1 + (N1 + block_rows - 1) / block_rows * block_rows;
+      const H2Seg<T> sg = grow < e1 ? H2Seg<T>{q.w, q.s, q.b, (T*)a.out + (b * M + m) * N0, 0, N0}
+                        : grow < e2 ? H2Seg<T>{(const uint32_t*)sib.w[0], (const T*)sib.scales[0],
+                                               (const T*)sib.biases[0], (T*)sib.out[0] + m * N1, e1, N1}
+                                    : H2Seg<T>{(const uint32_t*)sib.w[1], (const T*)sib.scales[1],
+                                               (const T*)sib.biases[1], (T*)sib.out[1] + m * N2, e2, N2};
+      const long long N = sg.rows;
+      const bool wvec = a.w_vec && aligned(sg.w, chunk_align<B>());
+      const QmvRows<T, T> rows{sg.w, sg.s, sg.b, xb, a.w_row, a.s_row, a.b_row, a.group_shift, wvec, xvec};
+      const long long row0 = grow - sg.first + (long long)(wave / ks) * R;
       // rows past the end read the last row (valid memory); their sums are never stored
       H2Rows<R> o;
 #pragma unroll
@@ -656,7 +679,7 @@ MLXA_DEVICE void qmv_h2(const QmvArgs& a) {
       if (kpart == 0 && lane == 0) {
 #pragma unroll
         for (int r = 0; r < R; ++r)
-          if (row0 + r < N) ((T*)a.out)[(b * M + m) * N + row0 + r] = cast<T>(v[r]);
+          if (row0 + r < N) sg.out[row0 + r] = cast<T>(v[r]);
       }
     }
     sync_block();   // x is staged again for the next batch
@@ -1160,8 +1183,9 @@ MLXA_DEVICE void from_fp8(const Fp8Args& a) {
     MLXA_WAVE_KERNEL_BODY(W, mlxa::q::qmv<T, B, MODE, W>(a))                    \
   }
 #define MLXA_QMV_H2(name, T, B, W)                                                      \
-  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(mlxa::q::kQmvH2Threads, 2) name(QmvArgs a) { \
-    MLXA_WAVE_KERNEL_BODY(W, mlxa::q::qmv_h2<T, B, W>(a))                               \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(mlxa::q::kQmvH2Threads, 2)                     \
+  name(QmvSibs s, QmvArgs a, QmvSibRows r) {                                             \
+    MLXA_WAVE_KERNEL_BODY(W, mlxa::q::qmv_h2<T, B, W>(s, a, r))                          \
   }
 #define MLXA_QMV_MMA(name, T, G)                                                           \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::q::kQmvMmaThreads) name(QmvArgs a) { mlxa::q::qmv_mma<T, G>(a); }

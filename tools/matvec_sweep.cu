@@ -14,7 +14,9 @@
 #include "quantized.hip"
 #include "matvec_bench.cuh"
 
-template <int R, int U> __global__ void __launch_bounds__(128) gv_new(GemvArgs a) { mlxa::gemv<bf, 32, R, U>(a); }
+template <int R, int U> __global__ void __launch_bounds__(128) gv_new(GemvArgs a) {
+  mlxa::gemv<bf, 32, R, U>(GemvSibs{}, a, GemvSibRows{});
+}
 template <int R, int U> __global__ void __launch_bounds__(128) qv_new(QmvArgs a) { mlxa::q::qmv<bf, 4, mlxa::q::kAffine, 32, R, U>(a); }
 template <int R, int U> __global__ void __launch_bounds__(128) qv8_new(QmvArgs a) { mlxa::q::qmv<bf, 8, mlxa::q::kAffine, 32, R, U>(a); }
 
@@ -36,7 +38,8 @@ int main() {
   struct Shape { long long N, K; const char* what; };
   Shape shapes[] = {{4096, 4096, "8b q/o"}, {1024, 4096, "8b k/v"}, {14336, 4096, "8b gate/up"}, {4096, 14336, "8b down"},
                     {128256, 4096, "8b head"}, {2048, 2048, "1b q/o"}, {512, 2048, "1b k/v"}, {8192, 2048, "1b gate/up"},
-                    {2048, 8192, "1b down"}, {128256, 2048, "1b head"}};
+                    {2048, 8192, "1b down"}, {128256, 2048, "1b head"}, {6144, 4096, "8b q+k+v"},
+                    {28672, 4096, "8b gate+up"}, {3072, 2048, "1b q+k+v"}, {16384, 2048, "1b gate+up"}};
   bf *x, *y; double* yref;
   CK(cudaMalloc(&x, 32768 * 2)); CK(cudaMalloc(&y, 200000 * 2 * 8)); CK(cudaMalloc(&yref, 200000 * 8));
   fill_bf<<<64, 256>>>(x, 32768, 7, 2.0f);

@@ -197,7 +197,9 @@ __global__ void __launch_bounds__(128) qmv_pkg_mma(QmvArgs a) { mlxa::q::qmv_mma
 
 // qmv_h2 (packed half math, x staged in shared memory) with R rows per wave and NW waves a block.
 template <int R, int NW, int S = 2, int MINB = 2>
-__global__ void __launch_bounds__(NW * 32, MINB) qmv_h2_k(QmvArgs a) { mlxa::q::qmv_h2<bf, 4, 32, R, NW, S>(a); }
+__global__ void __launch_bounds__(NW * 32, MINB) qmv_h2_k(QmvArgs a) {
+  mlxa::q::qmv_h2<bf, 4, 32, R, NW, S>(QmvSibs{}, a, QmvSibRows{});
+}
 
 int main() {
   size_t pool = 1ull << 30;
@@ -206,7 +208,8 @@ int main() {
   struct Shape { int N, K; const char* what; };
   Shape shapes[] = {{4096, 4096, "8b q/o"}, {1024, 4096, "8b k/v"}, {14336, 4096, "8b gate/up"},
                     {4096, 14336, "8b down"}, {2048, 2048, "1b q/o"}, {8192, 2048, "1b gate/up"},
-                    {2048, 8192, "1b down"}, {128256, 4096, "8b head"}};
+                    {2048, 8192, "1b down"}, {128256, 4096, "8b head"}, {6144, 4096, "8b q+k+v"},
+                    {28672, 4096, "8b gate+up"}, {3072, 2048, "1b q+k+v"}, {16384, 2048, "1b gate+up"}};
   bf *x, *y; double* yref;
   CK(cudaMalloc(&x, 32768 * 2)); CK(cudaMalloc(&y, 200000 * 2)); CK(cudaMalloc(&yref, 200000 * 8));
   fill_bf<<<64, 256>>>(x, 32768, 7, 2.0f);
@@ -261,6 +264,8 @@ int main() {
     h2_run(qmv_h2_k<4, 8>, 4, 8, "h2 R4 NW8");
     h2_run(qmv_h2_k<4, 8>, 4, 8, "h2 R4 NW8 P264", 264);
     h2_run(qmv_h2_k<4, 8, 3>, 4, 8, "h2 R4 NW8 S3 P264", 264);
+    h2_run(qmv_h2_k<4, 8, 4, 1>, 4, 8, "h2 R4 NW8 S4 B1 P264", 264);
+    h2_run(qmv_h2_k<2, 8, 4, 2>, 2, 8, "h2 R2 NW8 S4 P264", 264);
     if (getenv("H2ONLY")) continue;
     pkg_run(qmv_pkg, 4 * mlxa::q::kQmvRows, "package");
     pkg_run(qmv_pkg_mma, 4 * 16, "package mma");

@@ -26,4 +26,18 @@ struct GemvArgs {
   int32_t pad;
 };
 
+// Siblings: up to two more matrices times the same x (an attention's k and v beside q) whose
+// rows follow GemvArgs' rows in one launch (one launch instead of three; decode matvecs are
+// small enough that each launch's fixed cost matters). The kernel takes (GemvSibs, GemvArgs,
+// GemvSibRows) so that every pointer comes first. Siblings share k, ldw, incx, alpha and
+// beta = 0, one batch; rows[i] = 0: no sibling i.
+#define MLXA_GEMV_SIBS 2
+struct GemvSibs {
+  const void* w[MLXA_GEMV_SIBS];
+  void* y[MLXA_GEMV_SIBS];
+};
+struct GemvSibRows {
+  int64_t rows[MLXA_GEMV_SIBS];
+};
+
 }  // extern "C"

@@ -51,6 +51,22 @@ struct QmvArgs {
   int64_t b_str[MLXA_QBATCH];
 };
 
+// qmv_h2's siblings: up to two more matrices that multiply the same x (an attention's k and
+// v beside q, an MLP's up beside gate), their rows after the QmvArgs rows in one launch: one
+// launch and one staging of x instead of three. The kernel takes (QmvSibs, QmvArgs,
+// QmvSibRows) so that every pointer comes first in its parameter buffer. Siblings share
+// QmvArgs' m, k, row strides, group and batch 1; rows[i] = 0: no sibling i.
+#define MLXA_QSIBS 2
+struct QmvSibs {
+  const void* w[MLXA_QSIBS];
+  const void* scales[MLXA_QSIBS];
+  const void* biases[MLXA_QSIBS];
+  void* out[MLXA_QSIBS];
+};
+struct QmvSibRows {
+  int64_t rows[MLXA_QSIBS];
+};
+
 // Dequantize rows of packed w into a row-contiguous (batch, rows, cols) array of the
 // compute dtype: chunk c of row r decodes into out[r][c * CV ...]. Batches (row / rows)
 // are decomposed over shape/strides (w in words, scales and biases in elements).
