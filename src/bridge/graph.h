@@ -49,6 +49,9 @@ class Graph {
                    nb::callable error_cb, bool graphs);
 
  private:
+  // replay: make the view producing `slot` now (and the views it reads), as the program
+  // recorded them; false if one is not a recorded view or cannot be made
+  bool early_view(Program& prog, int64_t slot, int depth);
 
   // Index lists kept inline up to a few entries: a walk made two or three heap lists
   // per node (inputs, outputs, consumers), and their allocation and freeing were a third

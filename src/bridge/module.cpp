@@ -104,7 +104,8 @@ NB_MODULE(_bridge, m) {
                    "hash of the structure: primitive classes and topology")
       .def("record", &Graph::record, "program"_a, "node"_a, "kind"_a,
            "snapshot node's primitive and input layouts into the program "
-           "(kind 0 Python, 1 view, 2 GPU); before finish()")
+           "(kind 0 Python, 1 view, 2 GPU, 3 sibling: computed by an earlier GPU node); "
+           "before finish()")
       .def("leaves", &Graph::leaves, "program"_a.none() = nb::none(), "consts"_a.none() = nb::none(),
            "[(slot, key, host_ptr, buffer_nbytes, token, ndim, size)] per leaf with data; "
            "with a program, only the leaves its leaf cache does not hold, and with a "
@@ -139,6 +140,9 @@ NB_MODULE(_bridge, m) {
       .def("set_gpu", &mlx_amd::Program::set_gpu, "node"_a, "out_nbytes"_a,
            "donate"_a, "written"_a, "steps"_a, "temp_bytes"_a,
            "rebind"_a = nb::none())
+      .def("set_siblings", &mlx_amd::Program::set_siblings, "node"_a, "siblings"_a,
+           "GPU node `node` also computes these later nodes (recorded as kind 3) in its "
+           "steps, whose references count their inputs and outputs after its own; before set_gpu")
       .def("kinds", &mlx_amd::Program::kinds)
       .def("cache_leaves", &mlx_amd::Program::cache_leaves, "entries"_a,
            "remember [(key, host_ptr, buffer_nbytes, device_ptr)] of resident leaves")

@@ -128,9 +128,18 @@ void Program::set_gpu(int64_t n, nb::tuple out_nbytes, nb::list donate,
                       nb::object rebind) {
   auto& pn = at(n, "set_gpu");
   if (pn.kind != PKind::Gpu) bad("set_gpu: node " + std::to_string(n) + " was not recorded as a GPU node");
+  // the node's own inputs and outputs, then its siblings'
+  size_t n_ins = pn.ins.size(), n_outs = pn.out_shapes.size();
+  for (auto f : pn.siblings) {
+    n_ins += nodes_[f].ins.size();
+    n_outs += nodes_[f].out_shapes.size();
+  }
   pn.out_nbytes.clear();
   for (auto o : out_nbytes) pn.out_nbytes.push_back(nb::cast<size_t>(o));
-  if (pn.out_nbytes.size() != pn.out_shapes.size()) bad("set_gpu: one byte size per output");
+  if (pn.out_nbytes.size() != n_outs) bad("set_gpu: one byte size per output");
+  if (!pn.siblings.empty() && (donate.size() || !rebind.is_none())) {
+    bad("set_gpu: a node with siblings takes no donation and no rebind");
+  }
   pn.donate.clear();
   for (auto d : donate) {
     auto t = nb::cast<nb::tuple>(d);
@@ -145,7 +154,7 @@ void Program::set_gpu(int64_t n, nb::tuple out_nbytes, nb::list donate,
       pn.written.emplace_back(nb::cast<int64_t>(t[0]), nb::cast<int64_t>(t[1]));
     }
   }
-  if (!pn.written.empty() && pn.written.size() != pn.out_shapes.size()) bad("set_gpu: written needs one entry per output");
+  if (!pn.written.empty() && pn.written.size() != n_outs) bad("set_gpu: written needs one entry per output");
   pn.steps.clear();
   for (auto so : steps) {
     // ("L", function, grid, block, shared_mem, refs, tail, init_out) or
@@ -178,8 +187,8 @@ void Program::set_gpu(int64_t n, nb::tuple out_nbytes, nb::list donate,
       auto rt = nb::cast<nb::tuple>(r);
       auto k = nb::cast<std::string>(rt[0]);
       PRef ref{k.empty() ? '?' : k[0], nb::cast<int32_t>(rt[1]), nb::cast<int64_t>(rt[2])};
-      int32_t lim = ref.kind == 'i' ? static_cast<int32_t>(pn.ins.size())
-                  : ref.kind == 'o' ? static_cast<int32_t>(pn.out_shapes.size())
+      int32_t lim = ref.kind == 'i' ? static_cast<int32_t>(n_ins)
+                  : ref.kind == 'o' ? static_cast<int32_t>(n_outs)
                   : ref.kind == 't' ? INT32_MAX : -1;
       if (ref.index < 0 || ref.index >= lim) bad("set_gpu: bad buffer reference in node " + std::to_string(n));
       st.refs.push_back(ref);
@@ -189,6 +198,20 @@ void Program::set_gpu(int64_t n, nb::tuple out_nbytes, nb::list donate,
   if (temp_bytes < 0) bad("set_gpu: negative temporary size");
   pn.rebind = rebind.is_none() ? nb::object() : rebind;
   arena_ = std::max(arena_, static_cast<size_t>(temp_bytes));
+}
+
+void Program::set_siblings(int64_t n, const std::vector<int64_t>& siblings) {
+  auto& pn = at(n, "set_siblings");
+  if (pn.kind != PKind::Gpu) bad("set_siblings: node " + std::to_string(n) + " was not recorded as a GPU node");
+  for (size_t j = 0; j < siblings.size(); ++j) {
+    auto f = siblings[j];
+    if (f <= n || (j && f <= siblings[j - 1])) bad("set_siblings: siblings come after the node, in order");
+    if (at(f, "set_siblings").kind != PKind::Sibling) {
+      bad("set_siblings: node " + std::to_string(f) + " was not recorded as a sibling");
+    }
+  }
+  pn.siblings = siblings;
+  pn.out_nbytes.clear();   // set_gpu follows
 }
 
 nb::list Program::buffer_sizes() const {
@@ -203,7 +226,8 @@ nb::list Program::buffer_sizes() const {
 nb::list Program::kinds() const {
   nb::list out;
   for (auto& pn : nodes_) {
-    const char* k = pn.kind == PKind::Gpu ? "gpu" : pn.kind == PKind::View ? "view" : "python";
+    const char* k = pn.kind == PKind::Gpu || pn.kind == PKind::Sibling ? "gpu"
+                  : pn.kind == PKind::View ? "view" : "python";
     out.append(nb::make_tuple(pn.name, k));
   }
   return out;
@@ -217,7 +241,9 @@ void Graph::record(Program& prog, int64_t n, int kind) {
   auto& node = node_at(n, "record");
   auto& pn = prog.at(n, "record");
   const mx::array& a = *slots_[node.outputs[0]].arr;
-  pn.kind = kind == 2 ? PKind::Gpu : kind == 1 ? PKind::View : PKind::Python;
+  if (kind < 0 || kind > 3) bad("record: kind is 0 (Python), 1 (view), 2 (GPU) or 3 (sibling)");
+  pn.kind = kind == 3 ? PKind::Sibling : kind == 2 ? PKind::Gpu : kind == 1 ? PKind::View : PKind::Python;
+  pn.siblings.clear();
   pn.name = node.prim->name;
   pn.type = &typeid(a.primitive());
   pn.prim = a.primitive_ptr();
@@ -315,6 +341,20 @@ int PLibCall::call(const std::vector<uintptr_t>& ptrs, uintptr_t stream) const {
   return 0;
 }
 
+bool Graph::early_view(Program& prog, int64_t slot, int depth) {
+  const auto p = slots_[slot].producer;
+  if (p < 0 || nodes_[p].finished) return true;
+  const auto& vn = nodes_[p];
+  const auto& pv = prog.at(p, "replay");
+  if (depth > 4 || vn.inputs.size() != 1 || pv.kind != PKind::View ||
+      pv.type != &typeid(slots_[vn.outputs[0]].arr->primitive()) ||
+      !early_view(prog, vn.inputs[0], depth + 1) || !try_view(p)) {
+    return false;
+  }
+  finish(p);
+  return true;
+}
+
 nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
                         uintptr_t arena, uintptr_t entry, intptr_t param_end,
                         uintptr_t stream, nb::callable node_cb,
@@ -343,6 +383,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
   std::vector<RebindMemo> rebind_memo;
   std::vector<int64_t> rebind_key;
   std::vector<uintptr_t> in_ptrs, out_ptrs, ptrs;
+  std::vector<int64_t> out_slots;
   std::vector<char> donated;
   std::vector<uintptr_t> taken_keys;
   std::string blob;
@@ -451,6 +492,11 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       }
       continue;
     }
+    if (pn.kind == PKind::Sibling) {
+      // the node recorded as computing it did not (it ran in Python, unfused): plan it now
+      python(n, pn.type == &typeid(prim));
+      continue;
+    }
     bool same = pn.kind != PKind::Python && pn.type == &typeid(prim) &&
                 (pn.prim.get() == &prim || pn.prim->is_equivalent(prim));
     int64_t shift = 0;   // bytes the main steps' output references move (KV writes)
@@ -522,18 +568,43 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     for (size_t i = 0; i < node.inputs.size() && same; ++i) {
       same = address(*slots_[node.inputs[i]].arr, &in_ptrs[i]);
     }
+    // siblings: each still to run, equivalent to its recording, its inputs resolved (their
+    // addresses follow the node's own), its outputs after the node's
+    out_slots.assign(node.outputs.begin(), node.outputs.end());
+    for (size_t k = 0; k < pn.siblings.size() && same; ++k) {
+      const auto f = pn.siblings[k];
+      const auto& fnode = nodes_[f];
+      // its inputs may be views still to run (W.T, x reshaped by MLX's matmul at each
+      // call): make them now, as recorded
+      for (size_t i = 0; i < fnode.inputs.size() && same; ++i) same = early_view(prog, fnode.inputs[i], 0);
+      const auto& pf = prog.at(f, "replay");
+      const mx::array& fa = *slots_[fnode.outputs[0]].arr;
+      same = !fnode.finished && pf.kind == PKind::Sibling && pf.type == &typeid(fa.primitive()) &&
+             (pf.prim.get() == &fa.primitive() || pf.prim->is_equivalent(fa.primitive()));
+      for (size_t j = 0; j < fnode.outputs.size() && same; ++j) {
+        const auto& o = *slots_[fnode.outputs[j]].arr;
+        same = pf.out_shapes[j] == o.shape() && pf.out_dtypes[j] == o.dtype();
+      }
+      for (size_t i = 0; i < fnode.inputs.size() && same; ++i) {
+        const auto& in = *slots_[fnode.inputs[i]].arr;
+        uintptr_t p = 0;
+        same = same_layout(pf.ins[i], in) && address(in, &p);
+        in_ptrs.push_back(p);
+      }
+      out_slots.insert(out_slots.end(), fnode.outputs.begin(), fnode.outputs.end());
+    }
     if (!same) {
-      // the same kind of GPU node at other shapes or parameters (a KV cache that grew):
-      // what Python plans now becomes the recording
+      // the same kind of GPU node at other shapes or parameters (a KV cache that grew), or
+      // with siblings that changed: what Python plans now becomes the recording
       python(n, pn.kind == PKind::Gpu && pn.type == &typeid(prim));
       continue;
     }
     // outputs: take over a donatable input, else a buffer allocated for us
-    out_ptrs.assign(node.outputs.size(), 0);
-    donated.assign(node.outputs.size(), 0);
+    out_ptrs.assign(out_slots.size(), 0);
+    donated.assign(out_slots.size(), 0);
     taken_keys.clear();
-    for (size_t j = 0; j < node.outputs.size(); ++j) {
-      auto s_out = node.outputs[j];
+    for (size_t j = 0; j < out_slots.size(); ++j) {
+      auto s_out = out_slots[j];
       size_t nbytes = pn.out_nbytes[j];
       for (auto [oj, ii] : pn.donate) {
         if (oj != static_cast<int32_t>(j)) continue;
@@ -563,7 +634,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       if (!donated[j]) {
         // a fresh pair from the pools; written in full (Residency.adopt marks it so)
         Outputs::Fresh b;
-        if (pn.last_dev.size() != node.outputs.size()) pn.last_dev.assign(node.outputs.size(), 0);
+        if (pn.last_dev.size() != out_slots.size()) pn.last_dev.assign(out_slots.size(), 0);
         int64_t key = outputs.take(nbytes, &b, pn.last_dev[j]);
         pn.last_dev[j] = b.dev;
         auto& arr = *slots_[s_out].arr;
@@ -619,6 +690,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       }
     }
     finish(n);
+    for (auto f : pn.siblings) finish(f);
     recycle_freed(outputs);   // the intermediates that just died serve the next nodes
   }
   } catch (...) {

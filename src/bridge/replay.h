@@ -67,7 +67,9 @@ struct PLayout {
   bool row = false, col = false, contig = false;
 };
 
-enum class PKind : uint8_t { Python, View, Gpu };
+// Sibling: a node whose outputs a GPU node earlier in the graph computes with its own
+// (PNode::siblings), in one plan; it runs in Python only when that one did not.
+enum class PKind : uint8_t { Python, View, Gpu, Sibling };
 
 struct PNode {
   PKind kind = PKind::Python;
@@ -81,6 +83,10 @@ struct PNode {
   std::vector<std::pair<int32_t, int32_t>> donate;   // (output, input)
   std::vector<std::pair<int64_t, int64_t>> written;  // per output; (-1,-1): all
   std::vector<PStep> steps;
+  // Sibling nodes this GPU node's steps also compute (later nodes of the same kind on the
+  // same input: an attention's q/k/v matvecs); the steps' references count their inputs
+  // and outputs after the node's own, in this order
+  std::vector<int64_t> siblings;
   // Plan.rebind: (input shapes, input strides) -> [(grid, tail)] per main step, or None
   nb::object rebind;
   nb::object name;                                   // primitive name, for stats
@@ -97,6 +103,8 @@ class Program {
   size_t arena_bytes() const { return arena_; }
   void set_gpu(int64_t n, nb::tuple out_nbytes, nb::list donate, nb::list written,
                nb::list steps, int64_t temp_bytes, nb::object rebind);
+  // node n (recorded as GPU) also computes `siblings` (recorded as kind 3); before set_gpu
+  void set_siblings(int64_t n, const std::vector<int64_t>& siblings);
   // stats: (name, kind) per node, kind "view" / "gpu" / "python"
   nb::list kinds() const;
   PNode& at(int64_t n, const char* what);
