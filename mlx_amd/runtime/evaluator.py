@@ -34,7 +34,7 @@ from .launch import Launch as _Launch
 from .launch import NativeLauncher as _NativeLauncher
 from .launch import _pointers
 from .launch import run as _launch
-from .ops import VIEW_PRIMITIVES, dispatch_table  # noqa: F401  (VIEW_PRIMITIVES re-exported)
+from .ops import VIEW_PRIMITIVES, dispatch_table, sibling_table  # noqa: F401  (VIEW_PRIMITIVES re-exported)
 from .plan import ITEMSIZE as _ITEMSIZE
 from .plan import Layout
 from .plan import Memset as _Memset
@@ -47,6 +47,10 @@ GRAPH_AFTER = 2    # eager replays of a program before its graph (MLX_AMD_GRAPH_
 
 # primitive class name -> family launcher module, built once from the launchers' own tables
 DISPATCH = dispatch_table()
+# primitive class name -> family that can plan several such nodes on one input as one
+# (``plan_siblings``: an attention's q/k/v matvecs, an MLP's gate/up); MLX_AMD_SIBLINGS=0: off
+SIBLINGS = sibling_table(DISPATCH) if os.environ.get("MLX_AMD_SIBLINGS", "1") != "0" else {}
+MAX_SIBLINGS = 2   # siblings a node may take on (the kernels' QmvSibs)
 
 
 def _single_args(single, in_ptrs, out_ptrs) -> bytes:
@@ -159,6 +163,10 @@ class Evaluator:
         self.replays = 0                   # evaluations that ran through a program
         self.replay_python = 0             # nodes of those that differed and ran here
         self._leaf_consts = None           # key -> device copy of the running graph's constants
+        # sibling groups by graph fingerprint ({first node: (siblings...)}), and of the graph
+        # running now: (groups, siblings already computed by their first node) or None
+        self._sib_groups: dict = {}
+        self._sibs = None
         self.graphs, self.graphs_selftest = self._resolve_graphs()
         # A program gets its graph only after this many eager replays: on the H200 a build
         # costs ~2 µs per kernel node (1.8 ms for a llama-1b decode step) and a graph launch
@@ -438,20 +446,111 @@ class Evaluator:
                     self._seen.clear()
                 self._seen[fp] = seen
         metas = g.arrays
-        saved = self._leaf_consts        # (an evaluation inside a CPU fallback's callback)
+        saved = self._leaf_consts, self._sibs   # (an evaluation inside a CPU fallback's callback)
         self._leaf_consts = self._small_consts(g, metas) if self.gpu else None
+        nodes = g.nodes
+        groups = self._sibling_groups(g, nodes) if SIBLINGS and self.gpu else None
+        self._sibs = groups + (set(),) if groups else None
         try:
-            for i, (prim, params, ins, outs) in enumerate(g.nodes):
+            for i, (prim, params, ins, outs) in enumerate(nodes):
                 self._node(g, metas, i, prim, params, ins, outs, prog)
         finally:
-            self._leaf_consts = saved
+            self._leaf_consts, self._sibs = saved
         if prog is not None:
             self._keep(prog)
+
+    def _sibling_groups(self, g, nodes) -> dict:
+        """{first node: (sibling nodes...)} of graph g (cached by its structure): nodes of a
+        SIBLINGS primitive with equal parameters on the same first input, in order, up to
+        1 + MAX_SIBLINGS a group. Whether a group runs as one is its family's call
+        (``plan_siblings``), at its first node."""
+        fp = g.fingerprint
+        cached = self._sib_groups.get(fp)
+        if cached is not None:
+            return cached
+        # a first input reached through views (MLX's matmul reshapes x at each call) counts
+        # as the same input when the views are the same: (prim, params) down to one slot
+        made, canon = {}, {}
+
+        def key_of(slot):
+            k = canon.get(slot)
+            if k is None:
+                n = made.get(slot)
+                if n is None or nodes[n][0] not in VIEW_PRIMITIVES or len(nodes[n][2]) != 1:
+                    k = slot
+                else:
+                    k = (nodes[n][0], nodes[n][1], key_of(nodes[n][2][0]))
+                canon[slot] = k
+            return k
+
+        by_key: dict = {}
+        for i, (prim, params, ins, outs) in enumerate(nodes):
+            for o in outs:
+                made[o] = i
+            if prim in SIBLINGS and ins:
+                by_key.setdefault((prim, params, key_of(ins[0])), []).append(i)
+        groups, early = {}, {}
+        for members in by_key.values():
+            for j in range(0, len(members) - 1, 1 + MAX_SIBLINGS):
+                chunk = members[j: j + 1 + MAX_SIBLINGS]
+                if len(chunk) < 2:
+                    continue
+                groups[chunk[0]] = tuple(chunk[1:])
+                for f in chunk[1:]:   # the views that make f's inputs (W.T, x reshaped), in order
+                    views = []
+                    for slot in nodes[f][2]:
+                        chain = []
+                        while slot in made and made[slot] > chunk[0] and nodes[made[slot]][0] in VIEW_PRIMITIVES \
+                                and len(nodes[made[slot]][2]) == 1:
+                            chain.append((made[slot], nodes[made[slot]][3][0], nodes[made[slot]][2][0]))
+                            slot = nodes[made[slot]][2][0]
+                        views += reversed(chain)
+                    if views:
+                        early[f] = tuple(views)
+        if len(self._sib_groups) >= 1024:
+            self._sib_groups.clear()
+        cached = self._sib_groups[fp] = (groups, early) if groups else {}
+        return cached
+
+    def _early_views(self, g, views, done, prog) -> bool:
+        """Make the views that produce a sibling's first input now (they come after its
+        group's first node); False if one cannot be a view."""
+        for v, out_slot, in_slot in views or ():
+            if v in done or g.info(out_slot) is not None:   # made already (here or natively)
+                continue
+            # its input made by a node still to run (a backward pass's): no early view
+            if g.info(in_slot) is None or not g.try_view(v):
+                return False
+            if prog is not None:
+                g.record(prog, v, 1)
+            g.finish(v)
+            done.add(v)
+        return True
 
     def _node(self, g, metas, i, prim, params, ins, outs, prog=None):
         """Evaluate node i (view, GPU plan or CPU fallback) and finish it; with ``prog``,
         record what was done. Returns [(key, device address)] of fresh output buffers."""
         fresh = ()
+        sibs = self._sibs
+        if sibs is not None:
+            groups, early, done = sibs
+            if i in done:                # computed (and finished) with an earlier sibling
+                self.stats.by_prim[prim]["gpu" if prim in SIBLINGS else "view"] += 1
+                return ()
+            group = groups.get(i)
+            if group is not None:
+                group = tuple(f for f in group if f not in done and self._early_views(g, early.get(f), done, prog))
+                fresh = self._gpu(g, metas, SIBLINGS[prim], prim, params, ins, outs, prog, i, group) \
+                    if group else False
+                if fresh:
+                    done.update(group)
+                    self.stats.by_prim[prim]["gpu"] += 1
+                    g.finish(i)
+                    freed = _bridge.drain_freed()
+                    if freed:
+                        _route_freed(freed)
+                    return fresh if fresh is not True else ()
+                fresh = ()
         if prim in VIEW_PRIMITIVES and g.try_view(i):
             if prog is not None:
                 g.record(prog, i, 1)
@@ -553,12 +652,16 @@ class Evaluator:
             self.driver.launch_failed(status, ctypes.c_void_p(fn), grid, block, args, shared_mem, stream)
 
         self.driver.ensure_bound()
+        saved_sibs = self._sibs   # nodes handed back run with their graph's sibling groups
+        groups = self._sib_groups.get(prog.fingerprint) if SIBLINGS else None
+        self._sibs = groups + (set(),) if groups else None
         try:
             written, python_nodes = g.replay(
                 prog, leaf_dev, res.outputs, arena.data if arena is not None else 0,
                 self.native._entry, self.native._end, stream.value if stream is not None else 0,
                 node_cb, error_cb, self.graphs)
         finally:
+            self._sibs = saved_sibs
             if arena is not None:
                 res.device_pool.free(arena)   # stream order: later users queue behind
         apply(written)
@@ -580,9 +683,23 @@ class Evaluator:
         if freed:
             _route_freed(freed)
 
-    def _gpu(self, g, metas, fam, prim, params, ins, outs, prog=None, i=-1):
+    def _gpu(self, g, metas, fam, prim, params, ins, outs, prog=None, i=-1, siblings=()):
         """Run one node through its family's plan; False: no plan covers it (fallback).
-        Else [(key, device address)] of the fresh output buffers (or True: none)."""
+        Else [(key, device address)] of the fresh output buffers (or True: none).
+        ``siblings``: later nodes like this one (same primitive and parameters, same first
+        input) to compute in the same plan if the family's ``plan_siblings`` takes them;
+        False if it does not (then nothing ran). Their inputs and outputs follow the node's
+        own in the plan's references; they are finished here."""
+        sizes = None
+        if siblings:
+            sizes = [(len(ins), len(outs))]
+            ins, outs = list(ins), list(outs)
+            for f in siblings:
+                _, _, f_ins, f_outs = g.node(f)
+                sizes.append((len(f_ins), len(f_outs)))
+                ins += f_ins
+                outs += f_outs
+            sizes = tuple(sizes)
         infos = [g.info(s) for s in ins]
         if None in infos:
             return False
@@ -591,13 +708,13 @@ class Evaluator:
         # (list comprehensions, not generators: inlined since Python 3.12)
         in_sig = tuple([(metas[s], inf[3], inf[4], inf[6], inf[8]) for s, inf in zip(ins, infos)])
         out_sig = tuple([metas[o] for o in outs])
-        sig = (prim, params, in_sig, out_sig)
+        sig = (prim, params, in_sig, out_sig, sizes)
         entry = self.plans.get(sig)
         if entry is None:
             if len(self.plans) >= MAX_PLANS:
                 for k in list(self.plans)[: MAX_PLANS // 2]:   # the oldest half
                     del self.plans[k]
-            entry = self.plans[sig] = self._plan(fam, prim, params, in_sig, out_sig)
+            entry = self.plans[sig] = self._plan(fam, prim, params, in_sig, out_sig, sizes)
         plan, out_nbytes, single = entry
         if plan is None:
             return False
@@ -643,6 +760,10 @@ class Evaluator:
             out_ptrs.append(ptr)
         if prog is not None:
             g.record(prog, i, 2)
+            if siblings:
+                for f in siblings:
+                    g.record(prog, f, 3)
+                prog.set_siblings(i, list(siblings))
             self._record(prog, i, plan, out_nbytes, in_ptrs, out_ptrs)
         if single is not None and self.native is not None:
             # one kernel on the node's own buffers (most nodes): what run_plan would do,
@@ -664,6 +785,8 @@ class Evaluator:
                 res.written(key, plan.written[j] if donated[j] and plan.written else None)
             if not donated[j]:
                 fresh.append((key, out_ptrs[j]))
+        for f in siblings:
+            g.finish(f)
         return fresh or True
 
     def _record(self, prog, i, plan, out_nbytes, in_ptrs, out_ptrs):
@@ -764,15 +887,25 @@ class Evaluator:
             else:
                 st.fn(tuple(_resolve(r, in_ptrs, out_ptrs, temps) for r in st.refs), stream, self)
 
-    def _plan(self, fam, prim, params, in_sig, out_sig):
-        """(plan or None, bytes per output) for a node signature."""
+    def _plan(self, fam, prim, params, in_sig, out_sig, sizes=None):
+        """(plan or None, bytes per output) for a node signature; ``sizes``: (inputs,
+        outputs) of each node of a sibling group, whose layouts are concatenated."""
         ins = tuple(Layout(m[0], st, m[1], ds, row, contig) for m, st, ds, row, contig in in_sig)
         outs = tuple(Layout.row_major(shape, dtype) for shape, dtype, _ in out_sig)
         nbytes = tuple(o.size * _ITEMSIZE[o.dtype] for o in outs)
         # the bridge gives a one-value state() as the bare value; launchers take tuples
         p = params if isinstance(params, tuple) else (() if params is None else (params,))
         try:
-            plan = fam.plan_node(_plan.Node(prim, p, ins, outs), self.props)
+            if sizes is not None:
+                nodes, a, b = [], 0, 0
+                for n_in, n_out in sizes:
+                    nodes.append(_plan.Node(prim, p, ins[a: a + n_in], outs[b: b + n_out]))
+                    a, b = a + n_in, b + n_out
+                plan = fam.plan_siblings(nodes, self.props)
+                if plan is not None and (plan.donate or plan.rebind is not None):
+                    raise ValueError("a sibling plan takes no donation and no rebind")
+            else:
+                plan = fam.plan_node(_plan.Node(prim, p, ins, outs), self.props)
         except Exception as e:
             raise RuntimeError(f"mlx-amd: planning {prim} (family {fam.FAMILY}) for inputs "
                                f"{[(l.shape, l.dtype) for l in ins]} failed: {type(e).__name__}: {e}") from e

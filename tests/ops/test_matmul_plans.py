@@ -32,12 +32,14 @@ def test_arg_structs_match_headers(tmp_path):
     src = tmp_path / "s.cpp"
     src.write_text('#include <cstdio>\n#include <cstddef>\n#include "mlxa/gemv_args.h"\n#include "mlxa/gemm_args.h"\n'
                    'int main(){printf("%zu %zu %zu %zu %zu %zu\\n", sizeof(GemvArgs), offsetof(GemvArgs, rows),'
-                   ' offsetof(GemvArgs, alpha), sizeof(GemmArgs), offsetof(GemmArgs, m), offsetof(GemmArgs, alpha));}\n')
+                   ' offsetof(GemvArgs, alpha), sizeof(GemmArgs), offsetof(GemmArgs, m), offsetof(GemmArgs, alpha));'
+                   ' printf("%zu %zu %d\\n", sizeof(GemvSibs), sizeof(GemvSibRows), MLXA_GEMV_SIBS);}\n')
     exe = tmp_path / "s"
     subprocess.run(["g++", "-std=c++17", "-I", os.path.join(REPO, "hip_kernels", "include"), str(src), "-o", str(exe)],
                    check=True)
     got = list(map(int, subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()))
-    assert got == [mm.ARG_STRUCTS["GemvArgs"][1], 24, 80, mm.ARG_STRUCTS["GemmArgs"][1], 32, 144]
+    assert got == [mm.ARG_STRUCTS["GemvArgs"][1], 24, 80, mm.ARG_STRUCTS["GemmArgs"][1], 32, 144,
+                   16 * mm.GEMV_SIBS, 8 * mm.GEMV_SIBS, mm.GEMV_SIBS]
 
 
 def test_kernel_tables_name_every_planned_kernel():
@@ -50,6 +52,18 @@ def test_kernel_tables_name_every_planned_kernel():
 # --- a numpy model of the plan's steps -----------------------------------------------------
 
 GEMV = struct.Struct("<3Q7q2f2i")
+SIB_ROWS = struct.Struct(f"<{mm.GEMV_SIBS}q")
+
+
+def gemv_fields(st):
+    """GemvArgs of a gemv launch (pointers zero); GemvSibs' pointers come before it and
+    GemvSibRows after it: sibling_rows(st) and refs[:2 * GEMV_SIBS]."""
+    assert st.n_ptrs == 3 + 2 * mm.GEMV_SIBS and len(st.tail) == GEMV.size - 24 + SIB_ROWS.size
+    return GEMV.unpack(b"\0" * 24 + st.tail[: GEMV.size - 24])
+
+
+def sibling_rows(st):
+    return SIB_ROWS.unpack(st.tail[GEMV.size - 24:])
 GEMM = struct.Struct("<4Q14q2d")
 
 
@@ -105,8 +119,9 @@ class Machine:
             buf[idx] = g.alpha * (opa @ opb) + g.beta * old
 
     def gemv(self, st):
-        rows, k, ldw, incx, bw, bx, by, alpha, beta, ks, _ = GEMV.unpack(b"\0" * 24 + st.tail)[3:]
-        (wb, wo), (xb, xo), (yb, yo) = (self.ptr(r) for r in st.refs)
+        rows, k, ldw, incx, bw, bx, by, alpha, beta, ks, _ = gemv_fields(st)[3:]
+        assert sibling_rows(st) == (0,) * mm.GEMV_SIBS
+        (wb, wo), (xb, xo), (yb, yo) = (self.ptr(r) for r in st.refs[2 * mm.GEMV_SIBS:])
         for z in range(st.grid[1]):
             w = wb[wo + z * bw + np.arange(rows)[:, None] * ldw + np.arange(k)[None, :]]
             x = xb[xo + z * bx + np.arange(k) * incx]
@@ -305,17 +320,80 @@ def test_gemv_for_decode_shapes_picks_wave_width(monkeypatch):
     assert isinstance(st, Launch) and st.kernel == "gemv_rows_bfloat16_bfloat16_w32"
     # 7168 row groups of 2 rows are enough waves for 132 compute units (24 each): no split
     assert st.block == (128, 1, 1) and st.grid == (14336 // 8, 1, 1)
-    assert GEMV.unpack(b"\0" * 24 + st.tail)[-2] == 1
+    assert gemv_fields(st)[-2] == 1
     # few rows (a k/v projection): four waves split k
     kv = Node("Matmul", (), (x, Layout.strided((4096, 1024), (1, 4096), "bfloat16")),
               (Layout.row_major((1, 1024), "bfloat16"),))
     (st,) = mm.plan_node(kv, Dev()).steps
-    assert GEMV.unpack(b"\0" * 24 + st.tail)[-2] == 4 and st.grid == (1024 // 2, 1, 1)
+    assert gemv_fields(st)[-2] == 4 and st.grid == (1024 // 2, 1, 1)
     # enough rows (the lm head): no split
     wide = Node("Matmul", (), (x, Layout.strided((4096, 128256), (1, 4096), "bfloat16")),
                 (Layout.row_major((1, 128256), "bfloat16"),))
     (st,) = mm.plan_node(wide, Dev()).steps
-    assert GEMV.unpack(b"\0" * 24 + st.tail)[-2] == 1 and st.grid == (128256 // 8, 1, 1)
+    assert gemv_fields(st)[-2] == 1 and st.grid == (128256 // 8, 1, 1)
     monkeypatch.setenv("MLX_AMD_WAVE", "64")
     (st,) = mm.plan_node(node, Dev()).steps
     assert st.kernel.endswith("_w64") and st.block == (256, 1, 1)
+
+
+@pytest.mark.parametrize("rows", [(64, 16, 16), (256, 40), (8, 8, 100)])
+def test_gemv_siblings_plan_model(monkeypatch, rows):
+    """Matmul nodes of one row vector x times several matrices (q/k/v of a bf16 decode step)
+    as one gemv launch: the siblings' row blocks follow the first matrix's, each reads its
+    own matrix and writes its own output; the model of the launch gives every product."""
+    monkeypatch.delenv("MLX_AMD_GEMM", raising=False)
+    K, dt = 96, "float32"
+    rng = np.random.default_rng(len(rows))
+    x = rng.standard_normal(K)
+    ws = [rng.standard_normal((n, K)) for n in rows]
+    xl = Layout.row_major((1, 1, K), dt)
+    nodes = [Node("Matmul", (), (xl, Layout.strided((1, K, n), (0, 1, K), dt)), (Layout.row_major((1, 1, n), dt),))
+             for n in rows]
+    plan = mm.plan_siblings(nodes, Dev())
+    assert plan is not None and len(plan.steps) == 1
+    st = plan.steps[0]
+    assert st.kernel == "gemv_rows_float32_float32_w32" and st.grid[1] == 1
+    n0, k, ldw, incx, *_rest, alpha, beta, ks, _ = gemv_fields(st)[3:]
+    assert (n0, k, ldw, incx, alpha, beta) == (rows[0], K, K, 1, 1.0, 0.0)
+    sib = sibling_rows(st)
+    assert sib == tuple(rows[1:]) + (0,) * (mm.GEMV_SIBS - len(rows) + 1)
+    block_rows = mm.GEMV_WAVES // ks * mm.GEMV_ROWS
+    assert st.grid[0] == sum(-(-n // block_rows) for n in rows)
+    # refs: sibling w's, sibling y's, then w, x, y of the first; each node's inputs are (x, w)
+    mats = [st.refs[2 * mm.GEMV_SIBS]] + list(st.refs[: mm.GEMV_SIBS])
+    ys = [st.refs[-1]] + list(st.refs[mm.GEMV_SIBS: 2 * mm.GEMV_SIBS])
+    assert st.refs[2 * mm.GEMV_SIBS + 1].kind == "i" and st.refs[2 * mm.GEMV_SIBS + 1].index == 0
+    # the kernel's block -> matrix map: each matrix's row blocks in turn
+    got = [np.full(n, np.nan) for n in rows]
+    segs = [n0] + [r for r in sib if r]
+    for blk in range(st.grid[0]):
+        j, b = 0, blk
+        while b >= -(-segs[j] // block_rows):
+            b -= -(-segs[j] // block_rows)
+            j += 1
+        m, y = mats[j], ys[j]
+        assert m.kind == "i" and m.index % 2 == 1 and y.kind == "o" and m.offset == y.offset == 0
+        r = np.arange(b * block_rows, min((b + 1) * block_rows, segs[j]))
+        got[y.index][r] = ws[m.index // 2][r] @ x
+    for g, w in zip(got, ws):
+        np.testing.assert_allclose(g, w @ x)
+
+
+def test_gemv_siblings_only_where_one_launch_serves(monkeypatch):
+    monkeypatch.delenv("MLX_AMD_GEMM", raising=False)
+    K, dt = 96, "bfloat16"
+    xl = Layout.row_major((1, 1, K), dt)
+
+    def node(n, k=K, x=xl, strides=None, dtype=dt, M=1):
+        xx = x if M == 1 else Layout.row_major((1, M, k), dtype)
+        return Node("Matmul", (), (xx, Layout.strided((1, k, n), strides or (0, 1, k), dtype)),
+                    (Layout.row_major((1, M, n), dtype),))
+
+    assert mm.plan_siblings([node(64), node(16)], Dev()) is not None
+    assert mm.plan_siblings([node(64), node(16, k=64, x=Layout.row_major((1, 1, 64), dt))], Dev()) is None
+    assert mm.plan_siblings([node(64), node(16, strides=(0, 1, 2 * K))], Dev()) is None   # another ldw
+    assert mm.plan_siblings([node(64, M=2), node(16, M=2)], Dev()) is None                 # not a matvec
+    assert mm.plan_siblings([node(64), node(16), node(16), node(16)], Dev()) is None       # too many
+    monkeypatch.setenv("MLX_AMD_GEMM", "blas")
+    assert mm.plan_siblings([node(64), node(16)], Dev()) is None
+

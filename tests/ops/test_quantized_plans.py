@@ -38,14 +38,15 @@ def test_arg_structs_match_header(tmp_path):
         'int main(){printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu\\n", sizeof(QmvArgs), offsetof(QmvArgs, m),'
         ' offsetof(QmvArgs, group_shift), offsetof(QmvArgs, out_shape), offsetof(QmvArgs, b_str),'
         ' sizeof(DequantArgs), offsetof(DequantArgs, group_shift), offsetof(DequantArgs, b_str),'
-        ' sizeof(QuantizeArgs), offsetof(QuantizeArgs, group_size), sizeof(Fp8Args));}\n')
+        ' sizeof(QuantizeArgs), offsetof(QuantizeArgs, group_size), sizeof(Fp8Args));'
+        ' printf("%zu %zu %d\\n", sizeof(QmvSibs), sizeof(QmvSibRows), MLXA_QSIBS);}\n')
     exe = tmp_path / "s"
     subprocess.run(["g++", "-std=c++17", "-I", os.path.join(REPO, "hip_kernels", "include"), str(src), "-o", str(exe)],
                    check=True)
     got = list(map(int, subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()))
     assert got == [Q.ARG_STRUCTS["QmvArgs"][1], 56, 136, 168, 168 + 8 * 32,
                    Q.ARG_STRUCTS["DequantArgs"][1], 80, 88 + 3 * 32, Q.ARG_STRUCTS["QuantizeArgs"][1], 40,
-                   Q.ARG_STRUCTS["Fp8Args"][1]]
+                   Q.ARG_STRUCTS["Fp8Args"][1], 8 * 4 * Q.QSIBS, 8 * Q.QSIBS, Q.QSIBS]
 
 
 def test_kernel_table_is_lean_and_names_planned_kernels():
@@ -133,13 +134,22 @@ def decode_rows(fmt, W, woff, w_row, S, soff, s_row, B, boff, b_row, rows, cols,
     return out
 
 
+SIB_PTRS = 4 * Q.QSIBS    # qmv_h2: QmvSibs' pointers come first, QmvSibRows after QmvArgs
+
+
 def run_qmv(lau, fmt, mem, dev=None):
-    f = QMV.unpack(lau.args((0,) * 7))
+    h2 = "qmv_h2" in lau.kernel
+    blob = lau.args((0,) * lau.n_ptrs)
+    skip = 8 * SIB_PTRS if h2 else 0
+    f = QMV.unpack(blob[skip: skip + QMV.size])
+    sib_rows = struct.unpack(f"<{Q.QSIBS}q", blob[skip + QMV.size:]) if h2 else ()
+    assert len(blob) == skip + QMV.size + 8 * len(sib_rows)
+    refs = lau.refs[SIB_PTRS:] if h2 else lau.refs
     m, n, k, batch, x_row, w_row, s_row, b_row, x_count, w_count = f[7:17]
     gshift, nb, x_nb, w_nb, _xv, _wv, gather, ks = f[17:25]
     arr = [f[25 + 4 * i: 29 + 4 * i] for i in range(9)]
     out_shape, lhs_str, rhs_str, x_shape, x_str, w_shape, w_str, s_str, b_str = arr
-    (X, xo), (W, wo), (S, so), (B, bo), (L, lo), (R, ro), (O, oo) = [mem.get(r) for r in lau.refs]
+    (X, xo), (W, wo), (S, so), (B, bo), (L, lo), (R, ro), (O, oo) = [mem.get(r) for r in refs]
     if "qmv_mma" in lau.kernel:    # 16 rows a wave, 4 // ks tiles a block, all rows of x at once
         assert fmt.mode == 0 and fmt.bits == 4 and k % fmt.gs == 0
         assert ks in (1, 2, 4) and lau.grid[0] == -(-n // (Q.QMV_MMA_WAVES // ks * 16))
@@ -148,7 +158,11 @@ def run_qmv(lau, fmt, mem, dev=None):
         t = kt.table("quantized")
         assert fmt.mode == 0 and fmt.bits in t.QMV_H2_ROWS and k % 32 == 0
         block_rows = t.QMV_H2_THREADS // (dev or Dev()).wave_size // ks * t.QMV_H2_ROWS[fmt.bits]
-        assert ks in (1, 2, 4, 8) and lau.grid[0] == Q.qmv_h2_blocks(n, m, batch, block_rows, dev or Dev()) * m
+        n_all = n + sum(sib_rows)
+        assert ks in (1, 2, 4, 8) and lau.grid[0] == Q.qmv_h2_blocks(n_all, m, batch, block_rows, dev or Dev()) * m
+        # every matrix but the last starts its successor on a row-block boundary
+        segs = [n] + [r for r in sib_rows if r]
+        assert all(r % block_rows == 0 for r in segs[:-1]) and (batch == 1 or len(segs) == 1)
         assert lau.block[0] == t.QMV_H2_THREADS
         assert lau.shared_mem == k // 32 * t.QMV_H2_SMEM_PER_CHUNK
     else:
@@ -164,6 +178,14 @@ def run_qmv(lau, fmt, mem, dev=None):
         for mm in range(m):
             xr = X[xb + mm * x_row + np.arange(k)].astype(np.float64)
             O[oo + (b * m + mm) * n + np.arange(n)] = deq @ xr
+    for j, rows in enumerate(sib_rows):   # siblings: batch 1, the same x, k and strides
+        if not rows:
+            continue
+        (Wj, wj), (Sj, sj), (Bj, bj), (Oj, oj) = [mem.get(lau.refs[f * Q.QSIBS + j]) for f in range(4)]
+        deq = decode_rows(fmt, Wj, wj, w_row, Sj, sj, s_row, Bj, bj, b_row, rows, k, gshift)
+        for mm in range(m):
+            xr = X[xo + mm * x_row + np.arange(k)].astype(np.float64)
+            Oj[oj + mm * rows + np.arange(rows)] = deq @ xr
 
 
 def run_dequant(lau, fmt, mem):
@@ -306,6 +328,52 @@ def test_qmv_h2_plan_model(dt, bits, gs, M):
     deq = np_of(mx.dequantize(wq, sc, bi, group_size=gs, bits=bits))
     np.testing.assert_allclose(out_buf.reshape(M, N), _ref_qmm(x, deq, True), rtol=1e-5, atol=1e-4)
 
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("bits,gs", [(4, 64), (8, 32), (2, 128)])
+@pytest.mark.parametrize("rows", [(64, 32, 32), (128, 37), (32, 64, 96)])
+def test_qmv_h2_siblings_plan_model(dt, bits, gs, rows):
+    """QuantizedMatmul nodes on one x (q/k/v, gate/up) planned as one qmv_h2 launch: the
+    siblings' rows follow the node's, each matrix reads its own operands and writes its own
+    output, and the model of the launch gives every product."""
+    K, M = 512, 1
+    x = np.random.default_rng(bits).standard_normal((M, K)).astype(np.float32)
+    nodes, mems, refs = [], [], []
+    for j, n in enumerate(rows):
+        wq, sc, bi = quantized((n, K), gs, bits, "affine", seed=10 * j + bits)
+        node, bufs = _qmm_node(x, dt, np.array(wq), np_of(sc), np_of(bi), gs, bits, 0, True, (M, n))
+        nodes.append(node)
+        mems += bufs
+        refs.append(np_of(mx.dequantize(wq, sc, bi, group_size=gs, bits=bits)))
+    plan = Q.plan_siblings(nodes, H2Dev())
+    assert plan is not None and [st.kernel for st in plan.steps] == [f"quantized_qmv_h2_a{bits}_{dt}_{dt}_w32"]
+    outs = [np.full(M * n, np.nan) for n in rows]
+    run_qmv(plan.steps[0], Q.fmt_for(gs, bits, 0), Mem(mems, outs), H2Dev())
+    for o, n, deq in zip(outs, rows, refs):
+        np.testing.assert_allclose(o.reshape(M, n), _ref_qmm(x, deq, True), rtol=1e-5, atol=1e-4)
+
+
+def test_qmv_h2_siblings_only_where_one_launch_serves():
+    """plan_siblings declines (None: each node runs alone) where one qmv_h2 launch cannot
+    take the group: another format or k, float32 x, rows of a matrix that do not end on a
+    row block, more siblings than the kernel has slots."""
+    x = np.random.default_rng(0).standard_normal((1, 256)).astype(np.float32)
+
+    def node(n, K=256, bits=4, gs=64, dt="bfloat16", xx=None):
+        wq, sc, bi = quantized((n, K), gs, bits, "affine", seed=n + bits)
+        xx = x if xx is None else xx
+        return _qmm_node(xx, dt, np.array(wq), np_of(sc), np_of(bi), gs, bits, 0, True, (1, n))[0]
+
+    dev = H2Dev()
+    assert Q.plan_siblings([node(64), node(32)], dev) is not None
+    assert Q.plan_siblings([node(64), node(32, bits=8)], dev) is None
+    assert Q.plan_siblings([node(64), node(32, gs=32)], dev) is None
+    x2 = np.random.default_rng(1).standard_normal((1, 512)).astype(np.float32)
+    assert Q.plan_siblings([node(64), node(32, K=512, xx=x2)], dev) is None
+    assert Q.plan_siblings([node(64, dt="float32"), node(32, dt="float32")], dev) is None
+    assert Q.plan_siblings([node(37), node(32)], dev) is None      # 37 rows end mid-block
+    assert Q.plan_siblings([node(64), node(32), node(32), node(32)], dev) is None
 
 @pytest.mark.parametrize("why", ["float32", "3 bits", "6 bits", "k past shared memory", "switched off",
                                  "no shared memory", "mxfp4"])

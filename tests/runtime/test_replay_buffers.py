@@ -485,3 +485,69 @@ def test_replayed_gemms_call_the_library_natively(null_runtime, monkeypatch):
     x = mx.array(np.full((64, 128), 9, np.float32))
     ev.eval([x @ w])
     assert ev.replays == r + 1 and len(calls) == n and len(python) == p + 1
+
+
+def _qkv_step(x, ws, t):
+    # an attention's three projections of one x (decode matvecs), as mlx-lm writes them:
+    # quantized, or x @ W.T (whose views of x and W the group makes early)
+    xt = x * float(t + 1)
+    if isinstance(ws[0], (tuple, list)):
+        return [mx.quantized_matmul(xt, *w, transpose=True, group_size=64, bits=4) for w in ws]
+    return [xt @ w.T for w in ws]
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+@pytest.mark.parametrize("kind", ["quantized", "bf16"])
+def test_sibling_matvecs_run_as_one_launch_first_and_replayed(monkeypatch, graphs, kind):
+    """QuantizedMatmul nodes on one x (q/k/v) run as one qmv_h2 launch (plan_siblings), at
+    their first sightings in Python and in native replays alike, also as CUDA/HIP graph nodes;
+    the siblings count as GPU nodes, and no replayed node goes back to Python. With
+    MLX_AMD_SIBLINGS off (an empty table) each is its own launch."""
+    from profile_engine import make_runtime, null_counts, null_graph_api
+
+    from mlx_amd.runtime import bridge as B
+    from mlx_amd.runtime import context
+    from mlx_amd.runtime import evaluator as E
+
+    rng = np.random.default_rng(0)
+    ws = []
+    for n in (256, 64, 64):
+        w = mx.array(rng.standard_normal((n, 512)).astype(np.float32)).astype(mx.bfloat16)
+        q = mx.quantize(w, group_size=64, bits=4) if kind == "quantized" else w
+        mx.eval(q)
+        ws.append(q)
+    x = mx.array(rng.standard_normal((1, 1, 512)).astype(np.float32)).astype(mx.bfloat16)
+    mx.eval(x)
+    saved = context._runtime
+    per_eval, stats = {}, {}
+    try:
+        for on in (False, True):
+            monkeypatch.setattr(E, "SIBLINGS", E.sibling_table(E.DISPATCH) if on else {})
+            rt, _ = make_runtime(compute_units=132)
+            ev = rt.evaluator
+            if graphs:
+                B.set_graph_api(*null_graph_api(ev.native))
+                monkeypatch.setattr(ev, "graphs", True)
+            counts = []
+            for t in range(8):
+                before = null_counts(ev.native)
+                ev.eval(_qkv_step(x, ws, t))
+                after = null_counts(ev.native)
+                counts.append((after["launches"] - before["launches"], after["nodes"] - before["nodes"]))
+            per_eval[on] = counts
+            prim = "QuantizedMatmul" if kind == "quantized" else "Matmul"
+            stats[on] = (ev.replays, ev.replay_python, ev.stats.by_prim[prim]["gpu"])
+    finally:
+        context._runtime = saved
+    # each evaluation: the scaling of x, then one launch for three matvecs (or three)
+    first_off, first_on = per_eval[False][0][0], per_eval[True][0][0]
+    assert first_off - first_on == 2, per_eval
+    if not graphs:
+        assert [c[0] for c in per_eval[True]] == [first_on] * 8, per_eval
+        assert [c[0] for c in per_eval[False]] == [first_off] * 8, per_eval
+    else:   # graph nodes instead of launches once the program has a graph
+        assert sum(c[1] for c in per_eval[True]) == first_on, per_eval
+        assert sum(c[1] for c in per_eval[False]) == first_off, per_eval
+    for on in (False, True):
+        replays, python_nodes, gpu_nodes = stats[on]
+        assert replays >= 6 and python_nodes == 0 and gpu_nodes == 3 * 8, stats

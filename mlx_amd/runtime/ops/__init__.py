@@ -57,3 +57,11 @@ def dispatch_table() -> dict:
                                    f"and {mod.__name__}")
             table[prim] = mod
     return table
+
+
+def sibling_table(dispatch: dict) -> dict:
+    """MLX primitive class name -> family module that can plan several nodes of it on one
+    input as one plan (its ``SIBLINGS`` and ``plan_siblings(nodes, device)``), of those
+    ``dispatch`` routes to that module."""
+    return {prim: mod for prim, mod in dispatch.items()
+            if prim in getattr(mod, "SIBLINGS", ()) and hasattr(mod, "plan_siblings")}

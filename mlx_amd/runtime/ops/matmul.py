@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import os
 import struct
 
@@ -55,6 +56,10 @@ GEMM_THREADS = 256
 _GEMV_TAIL = struct.Struct("<7q2f2i")    # after the 3 pointers
 _GEMM_TAIL = struct.Struct("<14q2d")     # after the 4 pointers
 ARG_STRUCTS = {"GemvArgs": (3, 3 * 8 + _GEMV_TAIL.size), "GemmArgs": (4, 4 * 8 + _GEMM_TAIL.size)}
+GEMV_SIBS = 2                            # MLXA_GEMV_SIBS: GemvSibs' matrices (before GemvArgs)
+_GEMV_SIB_ROWS = struct.Struct("<2q")    # GemvSibRows (after GemvArgs)
+# Matmul nodes on one x (q/k/v, gate/up of a bf16 decode step) may run as one gemv (plan_siblings)
+SIBLINGS = ("Matmul",)
 
 
 def gemv_tail(rows, k, ldw, incx, bw, bx, by, alpha=1.0, beta=0.0, ksplit=1) -> bytes:
@@ -248,17 +253,21 @@ def kernel_launches(dt, M, N, K, A: Operand, B: Operand, C, bshape, alpha, beta,
     return out_list
 
 
-def _gemv(dt, M, N, K, A: Operand, B: Operand, bshape, device, alpha, beta):
-    """Our gemv for M == 1 or N == 1 with a row-contiguous matrix side; None otherwise."""
+def _gemv(dt, M, N, K, A: Operand, B: Operand, bshape, device, alpha, beta, sibs=()):
+    """Our gemv for M == 1 or N == 1 with a row-contiguous matrix side; None otherwise.
+    ``sibs``: (rows, matrix ref, output ref) of matrices laid out like B whose products
+    with the same x the launch also computes (row vector x only); None if it cannot."""
     if dt not in GEMV_DTYPES or min(M, N) != 1 or K < 1:
         return None
     if N == 1 and (A.cs == 1 or K == 1) and M > 1:       # y[m] = sum_k a[m, k] b[k, 0]
         w, x, rows, ldw, incx, w_bs, x_bs = A, B, M, A.rs, B.rs, A.bs, B.bs
-    elif M == 1 and (B.rs == 1 or K == 1) and N > 1:     # y[n] = sum_k b[k, n] a[0, k]
+    elif M == 1 and (B.rs == 1 or K == 1) and (N > 1 or sibs):     # y[n] = sum_k b[k, n] a[0, k]
         w, x, rows, ldw, incx, w_bs, x_bs = B, A, N, B.cs, A.cs, B.bs, A.bs
     elif M == 1 and N == 1 and (A.cs == 1 or K == 1):
         w, x, rows, ldw, incx, w_bs, x_bs = A, B, 1, A.rs, B.rs, A.bs, B.bs
     else:
+        return None
+    if sibs and (w is not B or K == 1 or beta != 0.0 or len(sibs) > GEMV_SIBS):
         return None
     if K == 1:
         ldw = ldw if rows > 1 else 1
@@ -267,15 +276,24 @@ def _gemv(dt, M, N, K, A: Operand, B: Operand, bshape, device, alpha, beta):
     if len(shape) > 1 or (shape and shape[0] > GRID_Z):
         return None
     batch = shape[0] if shape else 1
-    ks = ksplit(-(-rows // GEMV_ROWS) * batch, K * ITEM[dt] // 16, device, GEMV_WAVES, per_cu=24)
-    grid_x = -(-rows // (GEMV_WAVES // ks * GEMV_ROWS))
+    if sibs and batch != 1:
+        return None
+    seg_rows = [rows] + [r for r, _, _ in sibs]
+    ks = ksplit(-(-sum(seg_rows) // GEMV_ROWS) * batch, K * ITEM[dt] // 16, device, GEMV_WAVES, per_cu=24)
+    block_rows = GEMV_WAVES // ks * GEMV_ROWS
+    grid_x = sum(-(-r // block_rows) for r in seg_rows)
     if grid_x >= 2**31:
         return None
     W = wave_width(device)
     name = kt.table("gemv").name(kt, dt, W)
     tail = gemv_tail(rows, K, ldw, incx, wb[0] if shape else 0, xb[0] if shape else 0,
                      db[0] if shape else 0, alpha, beta, ks)
-    return Launch(GEMV_FAMILY, name, (grid_x, batch, 1), (GEMV_WAVES * W, 1, 1), 0, 3, tail, (w.ref, x.ref, out(0)))
+    # GemvSibs (an absent sibling repeats the node's own w and y), GemvArgs, GemvSibRows
+    per = [(m_ref, o_ref) for _, m_ref, o_ref in sibs] + [(w.ref, out(0))] * (GEMV_SIBS - len(sibs))
+    sib_refs = tuple(p[0] for p in per) + tuple(p[1] for p in per)
+    tail += _GEMV_SIB_ROWS.pack(*(seg_rows[1:] + [0] * (GEMV_SIBS - len(sibs))))
+    return Launch(GEMV_FAMILY, name, (grid_x, batch, 1), (GEMV_WAVES * W, 1, 1), 0, 3 + 2 * GEMV_SIBS, tail,
+                  sib_refs + (w.ref, x.ref, out(0)))
 
 
 def _blas_plan(dt, M, N, K, A: Operand, B: Operand, bshape, alpha, beta, steps, temps):
@@ -378,3 +396,30 @@ def plan_node(node, device):
     lau = kernel_launches(dt, M, N, K, A, B, None, bshape, alpha, beta)
     return None if lau is None else Plan(tuple(s for s in steps if s.refs[-1].kind != "t")
                                           + tuple(x for x, _ in lau))
+
+
+def plan_siblings(nodes, device):
+    """Matmul nodes of one row vector x times several matrices laid out alike (a bf16
+    decode step's q/k/v projections, its MLP's gate and up) as one gemv launch, the
+    siblings' rows after the first matrix's: one launch instead of one per matrix; on the
+    H200 each small matvec launch costs ~4 us over its bytes (matvec_sweep-h200.txt). Only
+    where the first alone would take our gemv with x as the vector, the matrices have the
+    same k, strides and dtype, and one batch; else None (each runs alone)."""
+    if len(nodes) < 2 or len(nodes) > 1 + GEMV_SIBS or _mode() != "auto":
+        return None
+    chks = [_check(n) for n in nodes]
+    if any(c is None or n.prim != "Matmul" for c, n in zip(chks, nodes)):
+        return None
+    a, b, o, dt, M, N, K, _, _ = chks[0]
+    if M != 1 or o.size == 0 or K == 0 or math.prod(o.shape[:-2]) != 1:
+        return None
+    sibs = []
+    for j, (a2, b2, o2, dt2, M2, N2, K2, _, _) in enumerate(chks[1:], 1):
+        if (a2 != a or dt2 != dt or M2 != 1 or K2 != K or N2 == 0 or o2.shape[:-1] != o.shape[:-1]
+                or b2.strides != b.strides):
+            return None
+        sibs.append((N2, inp(2 * j + 1), out(j)))
+    A = Operand(inp(0), a.strides[-2], a.strides[-1], a.strides[:-2])
+    B = Operand(inp(1), b.strides[-2], b.strides[-1], b.strides[:-2])
+    gv = _gemv(dt, M, N, K, A, B, o.shape[:-2], device, 1.0, 0.0, sibs=tuple(sibs))
+    return None if gv is None else Plan((gv,))

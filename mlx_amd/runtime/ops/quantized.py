@@ -65,6 +65,10 @@ _U31 = 2**31 - 1
 
 # ---- argument structs (quantized_args.h) -------------------------------------------
 _QMV_TAIL = struct.Struct("<10q8i36q")     # after the 7 pointers
+_SIB_ROWS = struct.Struct("<2q")            # QmvSibRows (after QmvArgs: qmv_h2 only)
+QSIBS = 2                                   # MLXA_QSIBS
+# QuantizedMatmul nodes on one x (q/k/v, gate/up) may run as one qmv_h2 launch (plan_siblings)
+SIBLINGS = ("QuantizedMatmul",)
 _DEQ_TAIL = struct.Struct("<6q2i16q")      # after the 4 pointers
 _QUANT_TAIL = struct.Struct("<q2i")        # after the 4 pointers
 _FP8_TAIL = struct.Struct("<q")            # after the 2 pointers
@@ -237,9 +241,11 @@ def _problem(node, gather: bool):
 # ---- decode: the qmv kernel -----------------------------------------------------------
 
 def _qmv_launch(p: Problem, device, x: Layout, x_ref, out_batch, x_batch, x_bstr, w_batch, w_bstrs,
-                gather=None, force_mma=None):
+                gather=None, force_mma=None, sibs=()):
     """One qmv launch (qmv_mma where it serves). ``gather``: (lhs strides, rhs strides) over
-    ``out_batch``; ``force_mma``: the self-test's choice of kernel."""
+    ``out_batch``; ``force_mma``: the self-test's choice of kernel; ``sibs``: Problems on the
+    same x whose rows qmv_h2 computes in the same launch (their operands are inputs
+    4k+1..4k+3 and output k of sibling k = 1, 2): None where that launch cannot take them."""
     f, M, N, K = p.fmt, p.M, p.N, p.K
     dt = x.dtype
     isz = ITEM[dt]
@@ -261,11 +267,18 @@ def _qmv_launch(p: Problem, device, x: Layout, x_ref, out_batch, x_batch, x_bstr
     lhs_str, rhs_str = gather if gather is not None else ((), ())
     mma = _qmv_mma_serves(p, device, dt, W, x_vec, w_vec, x_bstr, w_bstrs) if force_mma is None else force_mma
     h2 = not mma and force_mma is None and _qmv_h2_serves(p, device, dt)
+    if sibs and not (h2 and batch == 1 and gather is None and len(sibs) <= QSIBS):
+        return None
     if h2:
         t = _table()
         rows = t.QMV_H2_ROWS[f.bits]
-        ks = qmv_h2_ksplit(N, M * batch, K // 32, rows, W, device)
-        grid_x = qmv_h2_blocks(N, M, batch, t.QMV_H2_THREADS // W // ks * rows, device) * M
+        n_all = N + sum(sp.N for sp in sibs)
+        ks = qmv_h2_ksplit(n_all, M * batch, K // 32, rows, W, device)
+        block_rows = t.QMV_H2_THREADS // W // ks * rows
+        # each sibling's rows start a row block (the kernel picks the matrix per block)
+        if any(n % block_rows for n in ([N] + [sp.N for sp in sibs])[:-1]):
+            return None
+        grid_x = qmv_h2_blocks(n_all, M, batch, block_rows, device) * M
     elif mma:
         ks = qmv_mma_ksplit(N, batch, K // f.gs, device)
         grid_x = -(-N // (QMV_MMA_WAVES // ks * 16))
@@ -284,8 +297,16 @@ def _qmv_launch(p: Problem, device, x: Layout, x_ref, out_batch, x_batch, x_bstr
     if h2:
         t = _table()
         name = t.qmv_h2_name(kt, f.bits, dt, W)
+        # QmvSibs first (w, scales, biases, out of each sibling; an absent one repeats the
+        # node's own), then QmvArgs, then QmvSibRows
+        own = (inp(1), inp(2), b_ref, out(0))
+        per = [(inp(4 * k + 1), inp(4 * k + 2), inp(4 * k + 3), out(k)) for k in range(1, len(sibs) + 1)]
+        per += [own] * (QSIBS - len(per))
+        sib_refs = tuple(per[k][field] for field in range(4) for k in range(QSIBS))
+        sib_rows = [sp.N for sp in sibs] + [0] * (QSIBS - len(sibs))
         return Launch(FAMILY, name, (grid_x, min(batch, GRID_Y), 1), (t.QMV_H2_THREADS, 1, 1),
-                      K // 32 * t.QMV_H2_SMEM_PER_CHUNK, 7, tail, refs)
+                      K // 32 * t.QMV_H2_SMEM_PER_CHUNK, 7 + 4 * QSIBS, tail + _SIB_ROWS.pack(*sib_rows),
+                      sib_refs + refs)
     if mma:
         name = _table().qmv_mma_name(kt, dt, f.gs)
         return Launch(FAMILY, name, (grid_x, min(batch, GRID_Y), 1), (QMV_MMA_WAVES * W, 1, 1), 0, 7, tail, refs)
@@ -426,7 +447,7 @@ def _prepare_x(p: Problem, device, temps: list, steps: list):
     return cp[1], tmp(len(temps) - 1)
 
 
-def _plan_qmv(p: Problem, device):
+def _plan_qmv(p: Problem, device, sibs=()):
     steps, temps = [], []
     px = _prepare_x(p, device, temps, steps)
     if px is None:
@@ -442,11 +463,32 @@ def _plan_qmv(p: Problem, device):
     shape, (xs, w_s, s_s, b_s) = _collapse(bshape, xb, *ws)
     if len(shape) > QBATCH:
         return None
-    lau = _qmv_launch(p, device, x, x_ref, shape, shape, xs, shape, (w_s, s_s, b_s))
+    lau = _qmv_launch(p, device, x, x_ref, shape, shape, xs, shape, (w_s, s_s, b_s), sibs=sibs)
     if lau is None:
         return None
     steps.append(lau)
     return Plan(tuple(steps), temps=tuple(temps))
+
+
+def plan_siblings(nodes, device):
+    """QuantizedMatmul nodes on the same x (an attention's q/k/v projections, an MLP's
+    gate and up) as one qmv_h2 launch: one launch and one staging of x instead of one per
+    matrix; on the H200 a small matvec costs ~4-5 us over its bytes (matvec_sweep-h200.txt),
+    so this is what decode's q/k/v and gate/up gain. Only where each alone would take
+    qmv_h2 (decode rows, affine 16-bit) with the same format, k, rows of x and row strides,
+    one batch, x read in place; else None (each runs alone)."""
+    ps = [_problem(n, gather=False) for n in nodes]
+    if len(ps) < 2 or len(ps) > 1 + QSIBS or any(p is None for p in ps):
+        return None
+    p0 = ps[0]
+    if not (p0.transpose and 0 < p0.M <= QMV_MAX_M and p0.K > 0 and _inner_ok(p0.x)):
+        return None
+    for p in ps:
+        if (p.x != p0.x or p.fmt != p0.fmt or not p.transpose or p.K != p0.K or p.M != p0.M
+                or p.w.ndim != 2 or p.o.size == 0 or p.o.shape[:-1] != p0.o.shape[:-1]
+                or any(_row_stride(a) != _row_stride(b) for a, b in ((p.w, p0.w), (p.s, p0.s), (p.b, p0.b)))):
+            return None
+    return _plan_qmv(p0, device, sibs=tuple(ps[1:]))
 
 
 # ---- prefill: dequantize, then the matmul family's GEMM -------------------------------

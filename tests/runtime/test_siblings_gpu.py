@@ -1,0 +1,162 @@
+"""Sibling matvecs on the GPU: an attention's q/k/v projections (and an MLP's gate/up) on
+one x run as one launch (evaluator SIBLINGS: quantized qmv_h2, the gemv of bf16 decode),
+at the first sighting in Python, when recorded, and in native replays with and without
+CUDA/HIP graphs. Every evaluation is compared with MLX's CPU result (the tolerances of
+tests/ops/test_quantized_gpu.py and test_matmul_gpu.py: float32 accumulation against a
+float32 reference, rounded to x's dtype), and the launch count shows the fusion happened."""
+
+import math
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from oracle import assert_close, plain_mlx
+
+pytestmark = pytest.mark.gpu
+
+F32 = mx.float32
+TOL = {mx.float16: (5e-3, 5e-3), mx.bfloat16: (2e-2, 3e-2), mx.float32: (1e-4, 1e-4)}
+# qmv_h2 sums float16 products in half precision (quantized.hip: ~2^-12 of the terms per
+# 16-term half sum) over k up to 4096 here: on O(1) outputs a few of thousands of rows land
+# ~6e-3 from the float32 reference, with or without siblings (test_quantized_gpu.py's
+# dynamic-range test allows 4e-3 times x's scale for the same reason)
+QTOL = {**TOL, mx.float16: (5e-3, 1e-2)}
+
+
+def _x(K, dtype, seed):
+    mx.random.seed(seed)
+    x = (mx.random.normal((1, 1, K)) / math.sqrt(K)).astype(dtype)
+    mx.eval(x)
+    return x
+
+
+class _Counting:
+    """The evaluator's native launcher, counting the launches Python makes (first
+    sightings); replays launch from native code, past it."""
+
+    def __init__(self, real):
+        self.real, self.n = real, 0
+
+    def __call__(self, *a):
+        self.n += 1
+        return self.real(*a)
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def _run_steps(rt, step, args, ref, steps=6, tol=TOL):
+    """Evaluate step(x_t, *args) for several x_t (args[0] is x's (K, dtype): a new random
+    row each time, so a stale output cannot pass) under mlx-amd and compare each output
+    with ref(x_t, *args) under plain MLX. Returns the launches Python made per evaluation,
+    the replays and the nodes replays handed back to Python."""
+    ev = rt.evaluator
+    launches = []
+    replays0, back0 = ev.replays, ev.replay_python
+    for t in range(steps):
+        with plain_mlx():
+            x = _x(*args[0], seed=100 + t)
+            want = ref(x, *args[1:])
+            mx.eval(want)
+        real = ev.native
+        ev.native = counting = _Counting(real)
+        try:
+            got = step(x, *args[1:])
+            mx.eval(got)
+        finally:
+            ev.native = real
+        launches.append(counting.n)
+        for j, (g, w) in enumerate(zip(got, want)):
+            rt_, at = tol[w.dtype]
+            assert_close(g, w, f"step {t} output {j}", rt_, at)
+    return launches, ev.replays - replays0, ev.replay_python - back0
+
+
+@pytest.fixture(params=[False, True], ids=["eager", "graphs"])
+def graphs(request, gpu_runtime, monkeypatch):
+    ev = gpu_runtime.evaluator
+    if request.param and not ev.graphs:
+        pytest.skip("this device's driver runs no graphs")
+    monkeypatch.setattr(ev, "graphs", request.param)
+    ev.drop_programs()
+    ev._seen.clear()     # each test's graph is recorded at its own second sighting
+    yield request.param
+    ev.drop_programs()
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+@pytest.mark.parametrize("bits,gs", [(4, 64), (8, 32), (2, 128)])
+@pytest.mark.parametrize("rows,K", [((512, 128, 128), 1024), ((256, 1000), 512), ((4096, 1024, 1024), 4096)])
+def test_quantized_siblings(gpu_runtime, graphs, dt, bits, gs, rows, K):
+    dtype = {"bf16": mx.bfloat16, "f16": mx.float16}[dt]
+    qs = []
+    for j, n in enumerate(rows):
+        mx.random.seed(10 + j)
+        q = mx.quantize(mx.random.normal((n, K)).astype(dtype), group_size=gs, bits=bits)
+        mx.eval(*q)
+        qs.extend(q)
+
+    def step(x, *flat):
+        return [mx.quantized_matmul(x, *flat[3 * j: 3 * j + 3], transpose=True, group_size=gs, bits=bits)
+                for j in range(len(rows))]
+
+    def ref(x, *flat):   # float32 products (MLX's x86 CPU sums in x's dtype), rounded to it
+        outs = []
+        for j in range(len(rows)):
+            w, s, b = flat[3 * j: 3 * j + 3]
+            d = mx.dequantize(w, s.astype(F32), b.astype(F32), group_size=gs, bits=bits, dtype=F32)
+            outs.append((x.astype(F32) @ d.T).astype(x.dtype))
+        return outs
+
+    launches, replays, back = _run_steps(gpu_runtime, step, [(K, dtype)] + qs, ref, tol=QTOL)
+    by = gpu_runtime.evaluator.stats.by_prim["QuantizedMatmul"]
+    assert by["cpu"] == 0 and by["gpu"] >= 6 * len(rows)
+    # one launch for all matrices at the two sightings in Python (x is a leaf: evaluated
+    # under plain MLX first); then replays that run every node natively, the siblings with
+    # their first node
+    assert launches[:2] == [1, 1] and replays == 4 and back == 0, (launches, replays, back)
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("rows,K", [((2048, 512, 512), 2048), ((64, 1000), 256), ((8192, 8192), 2048)])
+def test_gemv_siblings(gpu_runtime, graphs, dt, rows, K):
+    dtype = {"bf16": mx.bfloat16, "f16": mx.float16, "f32": mx.float32}[dt]
+    ws = []
+    for j, n in enumerate(rows):
+        mx.random.seed(20 + j)
+        w = mx.random.normal((n, K)).astype(dtype)
+        mx.eval(w)
+        ws.append(w)
+
+    def step(x, *ws):
+        return [x @ w.T for w in ws]
+
+    def ref(x, *ws):
+        return [(x.astype(F32) @ w.astype(F32).T).astype(x.dtype) for w in ws]
+
+    launches, replays, back = _run_steps(gpu_runtime, step, [(K, dtype)] + ws, ref)
+    by = gpu_runtime.evaluator.stats.by_prim["Matmul"]
+    assert by["cpu"] == 0 and by["gpu"] >= 6 * len(rows)
+    assert launches[:2] == [1, 1] and replays == 4 and back == 0, (launches, replays, back)
+
+
+def test_siblings_off_switch_gives_one_launch_each(gpu_runtime, monkeypatch):
+    """MLX_AMD_SIBLINGS=0 (an empty table): every matvec its own launch, same results."""
+    from mlx_amd.runtime import evaluator as E
+
+    monkeypatch.setattr(E, "SIBLINGS", {})
+    ev = gpu_runtime.evaluator
+    monkeypatch.setattr(ev, "graphs", False)
+    ev.drop_programs()
+    ev._seen.clear()
+    ws = []
+    for j, n in enumerate((256, 64, 64)):
+        mx.random.seed(30 + j)
+        w = mx.random.normal((n, 512)).astype(mx.bfloat16)
+        mx.eval(w)
+        ws.append(w)
+    launches, _, _ = _run_steps(gpu_runtime, lambda x, *ws: [x @ w.T for w in ws], [(512, mx.bfloat16)] + ws,
+                                lambda x, *ws: [(x.astype(F32) @ w.astype(F32).T).astype(x.dtype) for w in ws])
+    ev.drop_programs()
+    assert launches[:2] == [3, 3], launches
