@@ -146,7 +146,59 @@ MLXA_DEVICE void norm_row(const NormArgs& a) {
   }
 }
 
+// The residual add feeding an RMS norm, one block per row with the row in registers (K
+// groups a thread): sum = x + r as the Add node computes it (in float, rounded to T), stored,
+// then normalised like norm_row's RMS path.
+template <typename T, int W, int K>
+MLXA_DEVICE void norm_add_row(const NormAddArgs& a) {
+  constexpr int V = vec_width<T, T>;
+  __shared__ float scratch[512 / W];
+  const int n = a.n;
+  const int64_t row = blockIdx.x;
+  const T* x = (const T*)a.x + row * n;
+  const T* r = (const T*)a.r + row * n;
+  T* sum = (T*)a.sum + row * n;
+  T* out = (T*)a.out + row * n;
+  const T* w = (const T*)a.w;
+  const bool vx = (((uintptr_t)x | (uintptr_t)r | (uintptr_t)sum | (uintptr_t)out) & 15u) == 0;
+  const bool vw = ((uintptr_t)w & 15u) == 0;
+  const int step = blockDim.x * V;
+  const int first = threadIdx.x * V;
+  const Packed<T, V> none{};
+  Packed<T, V> hg[K];
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int base = first + k * step;
+    const Packed<T, V> xg = load_zero<T, V>(x, base, n, vx), rg = load_zero<T, V>(r, base, n, vx);
+    Vec<T, V> h;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      h.v[j] = cast<T>((float)widen(xg.get(j)) + (float)widen(rg.get(j)));
+      hg[k].set(j, h.v[j]);
+      const float f = (float)widen(h.v[j]);
+      s += f * f;   // zeros past the row's end add nothing
+    }
+    if (base < n) store_group<T, V>(sum, base, n, vx, h);
+  }
+  s = block_reduce<W>(s, Sum{}, scratch);
+  fence_all(hg);
+  const float scale = rsqrtf(s / (float)n + a.eps);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int base = first + k * step;
+    if (base >= n) continue;
+    const Packed<T, V> wv = a.flags & 1 ? load_zero<T, V>(w, base, n, vw) : none;
+    store_group<T, V>(out, base, n, vx, finish<T, T, V>(hg[k], wv, none, scale, 0.0f, a.flags & 1));
+  }
+}
+
 }  // namespace mlxa::norm
+
+#define MLXA_NORM_ADD(name, T, W, K)                                           \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(512, 2) name(NormAddArgs a) {        \
+    MLXA_WAVE_KERNEL_BODY(W, (mlxa::norm::norm_add_row<T, W, K>(a)))           \
+  }
 
 #define MLXA_NORM(name, X, O, W, K, LN)                                        \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(512, 2) name(NormArgs a) {           \

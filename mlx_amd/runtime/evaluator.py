@@ -34,7 +34,7 @@ from .launch import Launch as _Launch
 from .launch import NativeLauncher as _NativeLauncher
 from .launch import _pointers
 from .launch import run as _launch
-from .ops import VIEW_PRIMITIVES, dispatch_table, sibling_table  # noqa: F401  (VIEW_PRIMITIVES re-exported)
+from .ops import VIEW_PRIMITIVES, dispatch_table, pair_table, sibling_table  # noqa: F401  (VIEW_PRIMITIVES re-exported)
 from .plan import ITEMSIZE as _ITEMSIZE
 from .plan import Layout
 from .plan import Memset as _Memset
@@ -50,7 +50,21 @@ DISPATCH = dispatch_table()
 # primitive class name -> family that can plan several such nodes on one input as one
 # (``plan_siblings``: an attention's q/k/v matvecs, an MLP's gate/up); MLX_AMD_SIBLINGS=0: off
 SIBLINGS = sibling_table(DISPATCH) if os.environ.get("MLX_AMD_SIBLINGS", "1") != "0" else {}
+# (primitive, primitive of a node reading its output as first input) -> family that plans
+# the two as one (an Add and the RMSNorm of its sum); the same switch
+PAIRS = pair_table(DISPATCH) if SIBLINGS else {}
 MAX_SIBLINGS = 2   # siblings a node may take on (the kernels' QmvSibs)
+
+
+def _made_here(meta):
+    """A stand-in buffer info for an input that the node's own plan makes (a sibling reads
+    the node's output): row-major strides, no buffer."""
+    shape = meta[0]
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return (None, 0, 0, tuple(reversed(strides)), acc, 0, True, len(shape) <= 1, True, 0)
 
 
 def _single_args(single, in_ptrs, out_ptrs) -> bytes:
@@ -460,10 +474,12 @@ class Evaluator:
             self._keep(prog)
 
     def _sibling_groups(self, g, nodes) -> dict:
-        """{first node: (sibling nodes...)} of graph g (cached by its structure): nodes of a
+        """({first node: (sibling nodes...)}, {sibling: views to make first}, {first node:
+        family}) of graph g (cached by its structure), or {} when it has none: nodes of a
         SIBLINGS primitive with equal parameters on the same first input, in order, up to
-        1 + MAX_SIBLINGS a group. Whether a group runs as one is its family's call
-        (``plan_siblings``), at its first node."""
+        1 + MAX_SIBLINGS a group; and PAIRS, a node with the node reading its output first.
+        Whether a group runs as one is its family's call (``plan_siblings``), at its first
+        node."""
         fp = g.fingerprint
         cached = self._sib_groups.get(fp)
         if cached is not None:
@@ -484,32 +500,43 @@ class Evaluator:
             return k
 
         by_key: dict = {}
+        pairs = []
         for i, (prim, params, ins, outs) in enumerate(nodes):
             for o in outs:
                 made[o] = i
             if prim in SIBLINGS and ins:
                 by_key.setdefault((prim, params, key_of(ins[0])), []).append(i)
-        groups, early = {}, {}
+            if PAIRS and ins and ins[0] in made:
+                fam = PAIRS.get((nodes[made[ins[0]]][0], prim))
+                if fam is not None:
+                    pairs.append((made[ins[0]], i, fam))
+        groups, early, fams = {}, {}, {}
+        taken = set()
+        for i, f, fam in pairs:   # a node reading another's output first: planned with it
+            if i not in taken and f not in taken:
+                taken.update((i, f))
+                groups[i], fams[i] = (f,), fam
         for members in by_key.values():
+            members = [m for m in members if m not in taken]
             for j in range(0, len(members) - 1, 1 + MAX_SIBLINGS):
                 chunk = members[j: j + 1 + MAX_SIBLINGS]
-                if len(chunk) < 2:
-                    continue
-                groups[chunk[0]] = tuple(chunk[1:])
-                for f in chunk[1:]:   # the views that make f's inputs (W.T, x reshaped), in order
-                    views = []
-                    for slot in nodes[f][2]:
-                        chain = []
-                        while slot in made and made[slot] > chunk[0] and nodes[made[slot]][0] in VIEW_PRIMITIVES \
-                                and len(nodes[made[slot]][2]) == 1:
-                            chain.append((made[slot], nodes[made[slot]][3][0], nodes[made[slot]][2][0]))
-                            slot = nodes[made[slot]][2][0]
-                        views += reversed(chain)
-                    if views:
-                        early[f] = tuple(views)
+                if len(chunk) > 1:
+                    groups[chunk[0]] = tuple(chunk[1:])
+        for lead, followers in groups.items():
+            for f in followers:   # the views that make f's inputs (W.T, x reshaped), in order
+                views = []
+                for slot in nodes[f][2]:
+                    chain = []
+                    while slot in made and made[slot] > lead and nodes[made[slot]][0] in VIEW_PRIMITIVES \
+                            and len(nodes[made[slot]][2]) == 1:
+                        chain.append((made[slot], nodes[made[slot]][3][0], nodes[made[slot]][2][0]))
+                        slot = nodes[made[slot]][2][0]
+                    views += reversed(chain)
+                if views:
+                    early[f] = tuple(views)
         if len(self._sib_groups) >= 1024:
             self._sib_groups.clear()
-        cached = self._sib_groups[fp] = (groups, early) if groups else {}
+        cached = self._sib_groups[fp] = (groups, early, fams) if groups else {}
         return cached
 
     def _early_views(self, g, views, done, prog) -> bool:
@@ -533,19 +560,22 @@ class Evaluator:
         fresh = ()
         sibs = self._sibs
         if sibs is not None:
-            groups, early, done = sibs
-            if i in done:                # computed (and finished) with an earlier sibling
-                self.stats.by_prim[prim]["gpu" if prim in SIBLINGS else "view"] += 1
+            groups, early, fams, done = sibs
+            if i in done:                # computed (and finished) with an earlier node
+                self.stats.by_prim[prim]["view" if prim in VIEW_PRIMITIVES else "gpu"] += 1
                 return ()
             group = groups.get(i)
             if group is not None:
                 group = tuple(f for f in group if f not in done and self._early_views(g, early.get(f), done, prog))
-                fresh = self._gpu(g, metas, SIBLINGS[prim], prim, params, ins, outs, prog, i, group) \
-                    if group else False
+                fam = fams.get(i) or SIBLINGS.get(prim)
+                fresh = self._gpu(g, metas, fam, prim, params, ins, outs, prog, i, group) \
+                    if group and fam is not None else False
                 if fresh:
                     done.update(group)
                     self.stats.by_prim[prim]["gpu"] += 1
-                    g.finish(i)
+                    g.finish(i)     # first: a sibling may be the last reader of its output
+                    for f in group:
+                        g.finish(f)
                     freed = _bridge.drain_freed()
                     if freed:
                         _route_freed(freed)
@@ -689,18 +719,23 @@ class Evaluator:
         ``siblings``: later nodes like this one (same primitive and parameters, same first
         input) to compute in the same plan if the family's ``plan_siblings`` takes them;
         False if it does not (then nothing ran). Their inputs and outputs follow the node's
-        own in the plan's references; they are finished here."""
+        own in the plan's references; the caller finishes them after the node."""
         sizes = None
         if siblings:
-            sizes = [(len(ins), len(outs))]
+            sizes = [(len(ins), len(outs), prim, params)]
+            own = outs
             ins, outs = list(ins), list(outs)
             for f in siblings:
-                _, _, f_ins, f_outs = g.node(f)
-                sizes.append((len(f_ins), len(f_outs)))
+                f_prim, f_params, f_ins, f_outs = g.node(f)
+                sizes.append((len(f_ins), len(f_outs), f_prim, f_params))
                 ins += f_ins
                 outs += f_outs
             sizes = tuple(sizes)
-        infos = [g.info(s) for s in ins]
+            # a sibling's input that is the node's own output (an Add's sum its RMSNorm reads):
+            # row-major, made by the same launch; the plan does not read it as an input
+            infos = [_made_here(metas[s]) if s in own else g.info(s) for s in ins]
+        else:
+            infos = [g.info(s) for s in ins]
         if None in infos:
             return False
         # The signature is plain tuples (cheap to hash); Layouts are built on a miss only.
@@ -724,6 +759,9 @@ class Evaluator:
         consts = self._leaf_consts
         in_ptrs = []
         for s, inf in zip(ins, infos):
+            if inf[0] is None:               # made by this plan (siblings): never read as input
+                in_ptrs.append(0)
+                continue
             if consts is not None:
                 dev = consts.get(inf[0])
                 if dev is not None:          # a small constant: its value's device copy
@@ -785,8 +823,6 @@ class Evaluator:
                 res.written(key, plan.written[j] if donated[j] and plan.written else None)
             if not donated[j]:
                 fresh.append((key, out_ptrs[j]))
-        for f in siblings:
-            g.finish(f)
         return fresh or True
 
     def _record(self, prog, i, plan, out_nbytes, in_ptrs, out_ptrs):
@@ -889,17 +925,19 @@ class Evaluator:
 
     def _plan(self, fam, prim, params, in_sig, out_sig, sizes=None):
         """(plan or None, bytes per output) for a node signature; ``sizes``: (inputs,
-        outputs) of each node of a sibling group, whose layouts are concatenated."""
+        outputs, primitive, parameters) of each node of a sibling group, whose layouts are
+        concatenated."""
         ins = tuple(Layout(m[0], st, m[1], ds, row, contig) for m, st, ds, row, contig in in_sig)
         outs = tuple(Layout.row_major(shape, dtype) for shape, dtype, _ in out_sig)
         nbytes = tuple(o.size * _ITEMSIZE[o.dtype] for o in outs)
         # the bridge gives a one-value state() as the bare value; launchers take tuples
-        p = params if isinstance(params, tuple) else (() if params is None else (params,))
+        as_tuple = lambda v: v if isinstance(v, tuple) else (() if v is None else (v,))  # noqa: E731
+        p = as_tuple(params)
         try:
             if sizes is not None:
                 nodes, a, b = [], 0, 0
-                for n_in, n_out in sizes:
-                    nodes.append(_plan.Node(prim, p, ins[a: a + n_in], outs[b: b + n_out]))
+                for n_in, n_out, m_prim, m_params in sizes:
+                    nodes.append(_plan.Node(m_prim, as_tuple(m_params), ins[a: a + n_in], outs[b: b + n_out]))
                     a, b = a + n_in, b + n_out
                 plan = fam.plan_siblings(nodes, self.props)
                 if plan is not None and (plan.donate or plan.rebind is not None):

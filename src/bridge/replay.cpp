@@ -576,7 +576,12 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       const auto& fnode = nodes_[f];
       // its inputs may be views still to run (W.T, x reshaped by MLX's matmul at each
       // call): make them now, as recorded
-      for (size_t i = 0; i < fnode.inputs.size() && same; ++i) same = early_view(prog, fnode.inputs[i], 0);
+      // (an input the node itself makes, e.g. the Add's sum its RMSNorm reads, is not
+      // resolved: the plan writes it and does not read it as an input)
+      const auto made_here = [&](int64_t s) { return slots_[s].producer == n; };
+      for (size_t i = 0; i < fnode.inputs.size() && same; ++i) {
+        same = made_here(fnode.inputs[i]) || early_view(prog, fnode.inputs[i], 0);
+      }
       const auto& pf = prog.at(f, "replay");
       const mx::array& fa = *slots_[fnode.outputs[0]].arr;
       same = !fnode.finished && pf.kind == PKind::Sibling && pf.type == &typeid(fa.primitive()) &&
@@ -588,7 +593,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       for (size_t i = 0; i < fnode.inputs.size() && same; ++i) {
         const auto& in = *slots_[fnode.inputs[i]].arr;
         uintptr_t p = 0;
-        same = same_layout(pf.ins[i], in) && address(in, &p);
+        same = made_here(fnode.inputs[i]) || (same_layout(pf.ins[i], in) && address(in, &p));
         in_ptrs.push_back(p);
       }
       out_slots.insert(out_slots.end(), fnode.outputs.begin(), fnode.outputs.end());

@@ -22,7 +22,8 @@ def test_dispatch_and_tables():
     d = dispatch_table()
     assert d["mlx_amd::RMSNorm"] is nm and d["mlx_amd::LayerNorm"] is nm and d["mlx_amd::RoPE"] is rp
     names = kt.kernel_names("norm")
-    assert len(names) == len(set(names)) == 40
+    # rms/ln x r/l x 5 dtype pairs x 2 waves, and the residual add + rms (3 dtypes x 2 waves)
+    assert len(names) == len(set(names)) == 40 + 6
     assert "norm_r_rms_bfloat16_float32_w64" in names
     assert kt.kernel_names("rope") == ["rope_g_float32_float32", "rope_g_float16_float16",
                                        "rope_g_bfloat16_bfloat16"]
@@ -156,6 +157,8 @@ _PROBE = r"""
 int main() {
   std::printf("NormArgs.sizeof %zu\n", sizeof(NormArgs));
   std::printf("RopeArgs.sizeof %zu\n", sizeof(RopeArgs));
+  std::printf("NormAddArgs.sizeof %zu\n", sizeof(NormAddArgs));
+  F(NormAddArgs, rows) F(NormAddArgs, n) F(NormAddArgs, flags) F(NormAddArgs, eps)
   F(NormArgs, x) F(NormArgs, w) F(NormArgs, b) F(NormArgs, out) F(NormArgs, rows)
   F(NormArgs, row_stride) F(NormArgs, n) F(NormArgs, flags) F(NormArgs, eps) F(NormArgs, pad)
   F(RopeArgs, x) F(RopeArgs, offset) F(RopeArgs, freqs) F(RopeArgs, out) F(RopeArgs, stride_b)
@@ -172,6 +175,8 @@ def test_args_match_c(tmp_path):
     c = {k: int(v) for k, v in (line.split() for line in out.splitlines())}
     assert c["NormArgs.sizeof"] == nm.ARG_SIZE == 64
     assert c["RopeArgs.sizeof"] == rp.ARG_SIZE == 120
+    assert c["NormAddArgs.sizeof"] == nm.ADD_ARG_SIZE == 64
+    assert [c["NormAddArgs." + f] for f in ("rows", "n", "flags", "eps")] == [40, 48, 52, 56]
     for f, off in nm.ARG_FIELDS.items():
         assert c["NormArgs." + f] == off, f
     for f, off in rp.ARG_FIELDS.items():
@@ -179,3 +184,32 @@ def test_args_match_c(tmp_path):
     blob = struct.pack("<QQQQ", 1, 2, 3, 4) + nm.pack_args(7, 9, 11, 3, 0.5)
     assert len(blob) == nm.ARG_SIZE
     assert struct.unpack_from("<qqiif", blob, 32) == (7, 9, 11, 3, 0.5)
+
+
+@pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
+def test_residual_add_and_rms_norm_pair_plan(dt):
+    """An Add and the RMSNorm of its sum as one launch: the pair's kernel on the register
+    layout with the norm's own geometry (so its sums run in the same order), the Add's two
+    inputs, the norm's weight and both outputs; declined where one launch cannot serve."""
+    x = R((1, 1, 4096), dt)
+    add = Node("Add", (), (x, x), (x,))
+    nrm = rms(x, x)
+    p = nm.plan_siblings([add, nrm], DEV32)
+    (st,) = p.steps
+    alone = nm.plan_node(nrm, DEV32).steps[0]
+    assert st.kernel == f"norm_r_rmsadd_{dt}_{dt}_w32" and st.block == alone.block and st.grid == (1, 1, 1)
+    # Add's a, b; the norm's inputs follow (its x, the sum, is never read); sum, then norm
+    assert [tuple(r) for r in st.refs] == [("i", 0, 0), ("i", 1, 0), ("i", 3, 0), ("o", 0, 0), ("o", 1, 0)]
+    rows, n, flags, eps, _ = nm._ADD_ARGS.unpack(st.tail)
+    assert (rows, n, flags) == (1, 4096, 1) and eps == pytest.approx(1e-5)
+    no_w = nm.plan_siblings([add, rms(x, x, w=False)], DEV32).steps[0]
+    assert nm._ADD_ARGS.unpack(no_w.tail)[2] == 0 and no_w.refs[2] == no_w.refs[0]
+    # declined: a broadcast operand, a float32 norm of 16-bit rows, a row too long for the
+    # register layout, another primitive
+    assert nm.plan_siblings([Node("Add", (), (x, R((4096,), dt)), (x,)), nrm], DEV32) is None
+    if dt != "float32":
+        assert nm.plan_siblings([add, rms(x, R((1, 1, 4096), "float32"))], DEV32) is None
+    long = R((2, 100000), dt)
+    assert nm.plan_siblings([Node("Add", (), (long, long), (long,)), rms(long, long)], DEV32) is None
+    assert nm.plan_siblings([Node("Subtract", (), (x, x), (x,)), nrm], DEV32) is None
+

@@ -491,13 +491,18 @@ def _qkv_step(x, ws, t):
     # an attention's three projections of one x (decode matvecs), as mlx-lm writes them:
     # quantized, or x @ W.T (whose views of x and W the group makes early)
     xt = x * float(t + 1)
+    if isinstance(ws, dict):     # a residual add and the norm of its sum (the pair's case)
+        from mlx_amd import fastops   # our RMSNorm primitive (mx.fast.rms_norm while enabled)
+
+        h = xt + ws["r"]
+        return [h, fastops.rms_norm(h, ws["w"], 1e-5), h * 2.0]
     if isinstance(ws[0], (tuple, list)):
         return [mx.quantized_matmul(xt, *w, transpose=True, group_size=64, bits=4) for w in ws]
     return [xt @ w.T for w in ws]
 
 
 @pytest.mark.parametrize("graphs", [False, True])
-@pytest.mark.parametrize("kind", ["quantized", "bf16"])
+@pytest.mark.parametrize("kind", ["quantized", "bf16", "addnorm"])
 def test_sibling_matvecs_run_as_one_launch_first_and_replayed(monkeypatch, graphs, kind):
     """QuantizedMatmul nodes on one x (q/k/v) run as one qmv_h2 launch (plan_siblings), at
     their first sightings in Python and in native replays alike, also as CUDA/HIP graph nodes;
@@ -516,6 +521,10 @@ def test_sibling_matvecs_run_as_one_launch_first_and_replayed(monkeypatch, graph
         q = mx.quantize(w, group_size=64, bits=4) if kind == "quantized" else w
         mx.eval(q)
         ws.append(q)
+    if kind == "addnorm":
+        ws = {"r": mx.array(rng.standard_normal((1, 1, 512)).astype(np.float32)).astype(mx.bfloat16),
+              "w": mx.array(rng.standard_normal(512).astype(np.float32)).astype(mx.bfloat16)}
+        mx.eval(ws["r"], ws["w"])
     x = mx.array(rng.standard_normal((1, 1, 512)).astype(np.float32)).astype(mx.bfloat16)
     mx.eval(x)
     saved = context._runtime
@@ -523,6 +532,7 @@ def test_sibling_matvecs_run_as_one_launch_first_and_replayed(monkeypatch, graph
     try:
         for on in (False, True):
             monkeypatch.setattr(E, "SIBLINGS", E.sibling_table(E.DISPATCH) if on else {})
+            monkeypatch.setattr(E, "PAIRS", E.pair_table(E.DISPATCH) if on else {})
             rt, _ = make_runtime(compute_units=132)
             ev = rt.evaluator
             if graphs:
@@ -535,13 +545,13 @@ def test_sibling_matvecs_run_as_one_launch_first_and_replayed(monkeypatch, graph
                 after = null_counts(ev.native)
                 counts.append((after["launches"] - before["launches"], after["nodes"] - before["nodes"]))
             per_eval[on] = counts
-            prim = "QuantizedMatmul" if kind == "quantized" else "Matmul"
+            prim = {"quantized": "QuantizedMatmul", "bf16": "Matmul", "addnorm": "mlx_amd::RMSNorm"}[kind]
             stats[on] = (ev.replays, ev.replay_python, ev.stats.by_prim[prim]["gpu"])
     finally:
         context._runtime = saved
     # each evaluation: the scaling of x, then one launch for three matvecs (or three)
     first_off, first_on = per_eval[False][0][0], per_eval[True][0][0]
-    assert first_off - first_on == 2, per_eval
+    assert first_off - first_on == (1 if kind == "addnorm" else 2), per_eval
     if not graphs:
         assert [c[0] for c in per_eval[True]] == [first_on] * 8, per_eval
         assert [c[0] for c in per_eval[False]] == [first_off] * 8, per_eval
@@ -550,4 +560,4 @@ def test_sibling_matvecs_run_as_one_launch_first_and_replayed(monkeypatch, graph
         assert sum(c[1] for c in per_eval[False]) == first_off, per_eval
     for on in (False, True):
         replays, python_nodes, gpu_nodes = stats[on]
-        assert replays >= 6 and python_nodes == 0 and gpu_nodes == 3 * 8, stats
+        assert replays >= 6 and python_nodes == 0 and gpu_nodes == (1 if kind == "addnorm" else 3) * 8, stats

@@ -81,8 +81,10 @@ def graphs(request, gpu_runtime, monkeypatch):
     monkeypatch.setattr(ev, "graphs", request.param)
     ev.drop_programs()
     ev._seen.clear()     # each test's graph is recorded at its own second sighting
+    ev._sib_groups.clear()   # (groups are cached by structure: a test may switch the tables)
     yield request.param
     ev.drop_programs()
+    ev._sib_groups.clear()
 
 
 @pytest.mark.parametrize("dt", ["bf16", "f16"])
@@ -150,6 +152,7 @@ def test_siblings_off_switch_gives_one_launch_each(gpu_runtime, monkeypatch):
     monkeypatch.setattr(ev, "graphs", False)
     ev.drop_programs()
     ev._seen.clear()
+    ev._sib_groups.clear()
     ws = []
     for j, n in enumerate((256, 64, 64)):
         mx.random.seed(30 + j)
@@ -159,4 +162,78 @@ def test_siblings_off_switch_gives_one_launch_each(gpu_runtime, monkeypatch):
     launches, _, _ = _run_steps(gpu_runtime, lambda x, *ws: [x @ w.T for w in ws], [(512, mx.bfloat16)] + ws,
                                 lambda x, *ws: [(x.astype(F32) @ w.astype(F32).T).astype(x.dtype) for w in ws])
     ev.drop_programs()
+    ev._sib_groups.clear()
     assert launches[:2] == [3, 3], launches
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("shape", [(1, 1, 4096), (1, 7, 2048), (3, 1000)])
+def test_residual_add_and_rms_norm_pair(gpu_runtime, graphs, monkeypatch, dt, shape):
+    """An Add whose sum an RMSNorm reads (a transformer block's residual and next norm) runs
+    as one launch (norm_r_rmsadd) writing both the sum and its norm: equal to MLX on the CPU
+    within the oracle's tolerances (as the norm tests), and bit for bit what the two nodes
+    give unpaired. (h * 2.0 reads the sum later: the residual path.)"""
+    from mlx_amd.runtime import evaluator as E
+
+    dtype = {"bf16": mx.bfloat16, "f16": mx.float16, "f32": mx.float32}[dt]
+    K = shape[-1]
+    mx.random.seed(7)
+    w = (1.0 + 0.1 * mx.random.normal((K,))).astype(dtype)
+    r = mx.random.normal(shape).astype(dtype)
+    mx.eval(w, r)
+
+    def step(x, r, w):
+        h = x + r
+        return [h, mx.fast.rms_norm(h, w, 1e-5), h * 2.0]
+
+    ev = gpu_runtime.evaluator
+
+    def xs(seed):
+        with plain_mlx():
+            mx.random.seed(seed)
+            x = mx.random.normal(shape).astype(dtype)
+            mx.eval(x)
+        return x
+
+    # the reference: the same program on MLX's CPU (mx.fast.rms_norm decomposed there)
+    launches, replays, back = _run_steps_shaped(gpu_runtime, step, xs, [r, w], step)
+    assert launches[:2] == [2, 2] and replays == 4 and back == 0, (launches, replays, back)
+    by = ev.stats.by_prim
+    assert by["mlx_amd::RMSNorm"]["cpu"] == 0 and by["Add"]["cpu"] == 0
+    # unpaired: the same values bit for bit (same roundings, same reduction order)
+    x = xs(3)
+    paired = step(x, r, w)
+    mx.eval(paired)
+    monkeypatch.setattr(E, "PAIRS", {})
+    ev.drop_programs()
+    ev._seen.clear()
+    ev._sib_groups.clear()
+    alone = step(x, r, w)
+    mx.eval(alone)
+    ev._sib_groups.clear()   # (cached without the pair: drop it for the tests after)
+    for p, a in zip(paired, alone):
+        with plain_mlx():
+            assert np.array_equal(np.array(p.astype(F32)), np.array(a.astype(F32)))
+
+
+def _run_steps_shaped(rt, step, make_x, rest, ref, steps=6):
+    """_run_steps for an x of any shape: make_x(seed) under plain MLX."""
+    ev = rt.evaluator
+    launches = []
+    replays0, back0 = ev.replays, ev.replay_python
+    for t in range(steps):
+        x = make_x(100 + t)
+        with plain_mlx():
+            want = ref(x, *rest)
+            mx.eval(want)
+        real = ev.native
+        ev.native = counting = _Counting(real)
+        try:
+            got = step(x, *rest)
+            mx.eval(got)
+        finally:
+            ev.native = real
+        launches.append(counting.n)
+        for j, (g, w) in enumerate(zip(got, want)):
+            assert_close(g, w, f"step {t} output {j}")   # the oracle's tolerances by dtype
+    return launches, ev.replays - replays0, ev.replay_python - back0

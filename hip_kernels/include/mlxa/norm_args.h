@@ -23,4 +23,21 @@ struct NormArgs {
   int32_t pad;
 };
 
+// A residual add and the RMS norm of its sum in one pass (the evaluator's Add -> RMSNorm pair
+// of a transformer block): sum = x + r (rounded to T as the Add node rounds it) is written
+// and normalised, out = rms_norm(sum) * w. Rows of n elements, all row-contiguous; w is read
+// when flags bit 0 says so.
+struct NormAddArgs {
+  const void* x;
+  const void* r;
+  const void* w;
+  void* sum;
+  void* out;
+  int64_t rows;
+  int32_t n;
+  int32_t flags;
+  float eps;
+  int32_t pad;
+};
+
 }  // extern "C"

@@ -65,3 +65,18 @@ def sibling_table(dispatch: dict) -> dict:
     ``dispatch`` routes to that module."""
     return {prim: mod for prim, mod in dispatch.items()
             if prim in getattr(mod, "SIBLINGS", ()) and hasattr(mod, "plan_siblings")}
+
+
+def pair_table(dispatch: dict) -> dict:
+    """(primitive, primitive of a node reading its output) -> the family module that plans
+    the two as one (its ``PAIRS_AFTER`` and ``plan_siblings``), where ``dispatch`` routes
+    both primitives to GPU families."""
+    out = {}
+    for mod in set(dispatch.values()):
+        if not hasattr(mod, "plan_siblings"):
+            continue
+        for first, seconds in getattr(mod, "PAIRS_AFTER", {}).items():
+            for second in seconds:
+                if first in dispatch and second in dispatch:
+                    out[(first, second)] = mod
+    return out

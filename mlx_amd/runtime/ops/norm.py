@@ -23,11 +23,17 @@ from . import elementwise as ew
 FAMILY = "norm"
 PRIMITIVES = {"mlx_amd::RMSNorm": "rms", "mlx_amd::LayerNorm": "ln"}
 
+# An Add whose sum feeds an RMSNorm (a transformer block's residual, then the next norm) may
+# run with it as one launch (plan_siblings): one launch and one read of the sum fewer
+PAIRS_AFTER = {"Add": ("mlx_amd::RMSNorm",)}
+
 MAX_BLOCK = 512
 _ARGS = struct.Struct("<qqiifi")         # NormArgs after its four pointers
 ARG_SIZE = 32 + _ARGS.size
 ARG_FIELDS = {"x": 0, "w": 8, "b": 16, "out": 24, "rows": 32, "row_stride": 40, "n": 48,
               "flags": 52, "eps": 56, "pad": 60}
+_ADD_ARGS = struct.Struct("<qiifi")     # NormAddArgs after its five pointers
+ADD_ARG_SIZE = 40 + _ADD_ARGS.size
 INT32_MAX = (1 << 31) - 1
 
 
@@ -93,3 +99,40 @@ def plan_node(node, device):
     flags = (1 if has_w else 0) | (2 if has_b else 0)
     tail = pack_args(rows, rs, n, flags, eps)
     return Plan((Launch(FAMILY, name, (rows, 1, 1), (threads, 1, 1), 0, 4, tail, refs=refs),))
+
+
+def plan_siblings(nodes, device):
+    """[Add, RMSNorm of the Add's output] as one launch (norm_r_rmsadd): the sum is written
+    (later nodes read it: the residual) and normalised in the same pass, with the roundings
+    of the two nodes. Only for same-shape row-contiguous operands of one float dtype, rows
+    that fit the register layout, and the norm's output in that dtype; else None."""
+    if len(nodes) != 2 or nodes[0].prim != "Add" or nodes[1].prim != "mlx_amd::RMSNorm":
+        return None
+    add, nrm = nodes
+    if len(add.ins) != 2 or len(add.outs) != 1 or len(nrm.outs) != 1:
+        return None
+    h, y = add.out, nrm.out
+    dt = h.dtype
+    if dt not in _table().ADD_DTYPES or h.ndim == 0 or h.size == 0:
+        return None
+    for lay in (add.ins[0], add.ins[1], nrm.ins[0]):
+        if lay.dtype != dt or lay.shape != h.shape or not lay.row_contiguous:
+            return None
+    eps, has_w = float(nrm.params[0]), bool(nrm.params[1])
+    if len(nrm.ins) != 1 + has_w or y.dtype != dt or y.shape != h.shape:
+        return None
+    n = h.shape[-1]
+    rows = h.size // n
+    if n > INT32_MAX or rows > INT32_MAX:
+        return None
+    if has_w and (nrm.ins[1].dtype != dt or nrm.ins[1].shape != (n,) or (n > 1 and nrm.ins[1].strides[0] != 1)):
+        return None
+    wave = _plan.wave_width(device)
+    layout, threads = choose(n, h.itemsize, h.itemsize, wave)
+    if layout != "r":
+        return None
+    name = _table().add_kernel(kt, dt, wave)
+    # inputs: the Add's two, then the norm's (its x is the Add's output: never read here)
+    refs = (inp(0), inp(1), inp(3) if has_w else inp(0), out(0), out(1))
+    tail = _ADD_ARGS.pack(rows, n, 1 if has_w else 0, eps, 0)
+    return Plan((Launch(FAMILY, name, (rows, 1, 1), (threads, 1, 1), 0, 5, tail, refs=refs),))
