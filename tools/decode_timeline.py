@@ -118,6 +118,10 @@ def main():
     ap.add_argument("--cus", type=int, default=None,
                     help="with --null: the compute units the plans see (the host's cores by "
                          "default; 132 plans SDPA decode splits as on the H200)")
+    ap.add_argument("--siblings-ab", type=int, default=0, metavar="ROUNDS",
+                    help="in one process, ROUNDS rounds of --steps pipelined steps with the "
+                         "evaluator's sibling/pair plans off, then on (programs re-recorded at "
+                         "each switch): an A/B free of the host-speed spread between processes")
     ap.add_argument("--phases", action="store_true",
                     help="also time the evaluator's phases of the pipelined steps (ms per step, "
                          "in 'phases_ms'; the timers add a little to queue)")
@@ -203,6 +207,27 @@ def main():
             y, r["sync_ms"] = synced(y, a.steps // 2)
             rows[m].append(r)
         print(json.dumps({"shape": a.shape, "bits": a.bits, **rows}), flush=True)
+        return
+    if a.siblings_ab:
+        from mlx_amd.runtime import evaluator as E
+        from mlx_amd.runtime.context import get_runtime
+
+        ev = get_runtime().evaluator
+        tables = {"off": ({}, {}), "on": (E.sibling_table(E.DISPATCH), E.pair_table(E.DISPATCH))}
+        rows = {"off": [], "on": []}
+        for _ in range(a.siblings_ab):
+            for mode in ("off", "on"):
+                E.SIBLINGS, E.PAIRS = tables[mode]
+                ev.drop_programs()
+                ev._seen.clear()
+                ev._sib_groups.clear()
+                for _ in range(6):               # record, then replays with a graph
+                    y = step(y)
+                    mx.eval(y)
+                y, r = pipelined(y, a.steps)
+                rows[mode].append(r["tok_s"])
+        print(json.dumps({"shape": a.shape, "bits": a.bits, "tok_s": rows,
+                          "median": {m: statistics.median(v) for m, v in rows.items()}}), flush=True)
         return
     if a.phases:
         import collections
