@@ -484,6 +484,14 @@ class Evaluator:
         cached = self._sib_groups.get(fp)
         if cached is not None:
             return cached
+        if len(self._sib_groups) >= 1024:
+            self._sib_groups.clear()
+        # most graphs have no node that could group: one cheap pass says so (first
+        # sightings of new structures pay it per node)
+        grouping = set(SIBLINGS).union([second for _, second in PAIRS])
+        if not any([n[0] in grouping for n in nodes]):
+            self._sib_groups[fp] = {}
+            return {}
         # a first input reached through views (MLX's matmul reshapes x at each call) counts
         # as the same input when the views are the same: (prim, params) down to one slot
         made, canon = {}, {}
@@ -534,8 +542,6 @@ class Evaluator:
                     views += reversed(chain)
                 if views:
                     early[f] = tuple(views)
-        if len(self._sib_groups) >= 1024:
-            self._sib_groups.clear()
         cached = self._sib_groups[fp] = (groups, early, fams) if groups else {}
         return cached
 
