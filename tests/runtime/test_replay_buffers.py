@@ -561,3 +561,35 @@ def test_sibling_matvecs_run_as_one_launch_first_and_replayed(monkeypatch, graph
     for on in (False, True):
         replays, python_nodes, gpu_nodes = stats[on]
         assert replays >= 6 and python_nodes == 0 and gpu_nodes == (1 if kind == "addnorm" else 3) * 8, stats
+
+
+def test_a_sibling_whose_input_comes_later_runs_alone(monkeypatch):
+    """Matvecs on one x where one matrix is made after the first matvec (here a scaled weight
+    computed between them in the tape): that one cannot join the first node's launch, so the
+    group leaves it alone (its own launch, at its own place), first sighting and replays."""
+    from profile_engine import make_runtime, null_counts
+
+    from mlx_amd.runtime import context
+
+    rng = np.random.default_rng(1)
+    w = [mx.array(rng.standard_normal((n, 256)).astype(np.float32)).astype(mx.bfloat16) for n in (64, 32)]
+    x = mx.array(rng.standard_normal((1, 1, 256)).astype(np.float32)).astype(mx.bfloat16)
+    mx.eval(x, *w)
+    saved = context._runtime
+    try:
+        rt, _ = make_runtime(compute_units=132)
+        ev = rt.evaluator
+        counts = []
+        for t in range(6):
+            q = x @ w[0].T
+            k = x @ (w[1] * float(t + 2)).T    # its matrix is made after q's matvec
+            before = null_counts(ev.native)["launches"]
+            ev.eval([q, k])
+            counts.append(null_counts(ev.native)["launches"] - before)
+        groups = [g for g in ev._sib_groups.values() if g]
+    finally:
+        context._runtime = saved
+    # the pass grouped them (same x), the launch could not take the later matrix: three
+    # launches (the scaling and two matvecs) every time, nothing handed back to Python
+    assert groups and counts == [3] * 6, counts
+    assert ev.replays >= 4 and ev.replay_python == 0
