@@ -6,6 +6,8 @@ node's signature, no GPU involved; None sends the node to MLX's CPU fallback.
 
 The evaluator dispatches on the union of the ``PRIMITIVES`` tables of every module in
 this package, discovered here, so a new family is a new file and nothing else changes.
+Optionally ``SIBLINGS`` / ``PAIRS_AFTER`` and ``plan_siblings(nodes, device)``: several
+nodes as one plan (``sibling_table``, ``pair_table``; docs/architecture.md).
 A family with ``VERIFIED = False`` (written, compile- and CPU-checked, but not yet run by
 the GPU suite) is left out unless ``MLX_AMD_UNVERIFIED=1``: MLX's CPU fallback serves its
 primitives meanwhile.
