@@ -422,23 +422,20 @@ class Evaluator:
             for res in _OWNERS.live():  # unknown keys are ignored by each
                 res.expired(gone)
 
-    def _small_consts(self, g, metas):
+    def _small_consts(self, g):
         """Device addresses of the graph's small MLX-owned leaves (scalar constants) from the
         constant cache by value, the new values in one copy, before the first launch that
         reads them: {key: device address}, consulted by ``_gpu`` before the records."""
         res = self.residency
         res.trim_consts()          # nothing of this graph is queued yet
         items, seen = [], set()
-        for s, (shape, dtype, leaf) in enumerate(metas):
-            if not leaf or len(shape) > 1:
+        recs = res._recs
+        # (the bridge's walk over its slots: leaves with data only, no per-slot info tuple)
+        for _, key, host, nbytes, token, ndim, size in g.leaves():
+            if token != -1 or key in seen or key in recs or not small_const(ndim, size, nbytes):
                 continue
-            inf = g.info(s)
-            if (inf is None or inf[9] != -1 or inf[0] in seen
-                    or not small_const(len(shape), shape[0] if shape else 1, inf[5])):
-                continue
-            if not res.is_tracked(inf[0]):
-                seen.add(inf[0])
-                items.append((inf[0], inf[1], inf[5]))
+            seen.add(key)
+            items.append((key, host, nbytes))
         if not items:
             return None
         return {key: dev for (key, _, _), dev in zip(items, res.upload_consts(items, self.stream))}
@@ -461,7 +458,7 @@ class Evaluator:
                 self._seen[fp] = seen
         metas = g.arrays
         saved = self._leaf_consts, self._sibs   # (an evaluation inside a CPU fallback's callback)
-        self._leaf_consts = self._small_consts(g, metas) if self.gpu else None
+        self._leaf_consts = self._small_consts(g) if self.gpu else None
         nodes = g.nodes
         groups = self._sibling_groups(g, nodes) if SIBLINGS and self.gpu else None
         self._sibs = groups + (set(),) if groups else None
