@@ -24,6 +24,7 @@ import atexit
 import collections
 import ctypes
 import gc
+import math
 import os
 import threading
 import weakref
@@ -60,11 +61,7 @@ def _made_here(meta):
     """A stand-in buffer info for an input that the node's own plan makes (a sibling reads
     the node's output): row-major strides, no buffer."""
     shape = meta[0]
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= d
-    return (None, 0, 0, tuple(reversed(strides)), acc, 0, True, len(shape) <= 1, True, 0)
+    return (None, 0, 0, _plan.row_strides(shape), math.prod(shape), 0, True, len(shape) <= 1, True, 0)
 
 
 def _single_args(single, in_ptrs, out_ptrs) -> bytes:
@@ -177,8 +174,9 @@ class Evaluator:
         self.replays = 0                   # evaluations that ran through a program
         self.replay_python = 0             # nodes of those that differed and ran here
         self._leaf_consts = None           # key -> device copy of the running graph's constants
-        # sibling groups by graph fingerprint ({first node: (siblings...)}), and of the graph
-        # running now: (groups, siblings already computed by their first node) or None
+        # sibling groups by graph fingerprint (_sibling_groups), and those of the graph running
+        # now with the nodes already made by their group's first node: (groups, early views,
+        # families, done) or None
         self._sib_groups: dict = {}
         self._sibs = None
         self.graphs, self.graphs_selftest = self._resolve_graphs()
@@ -543,8 +541,8 @@ class Evaluator:
         return cached
 
     def _early_views(self, g, views, done, prog) -> bool:
-        """Make the views that produce a sibling's first input now (they come after its
-        group's first node); False if one cannot be a view."""
+        """Make the views that produce a sibling's inputs now (they come after its group's
+        first node: W.T, a reshaped x); False if one cannot be made."""
         for v, out_slot, in_slot in views or ():
             if v in done or g.info(out_slot) is not None:   # made already (here or natively)
                 continue
@@ -719,8 +717,9 @@ class Evaluator:
     def _gpu(self, g, metas, fam, prim, params, ins, outs, prog=None, i=-1, siblings=()):
         """Run one node through its family's plan; False: no plan covers it (fallback).
         Else [(key, device address)] of the fresh output buffers (or True: none).
-        ``siblings``: later nodes like this one (same primitive and parameters, same first
-        input) to compute in the same plan if the family's ``plan_siblings`` takes them;
+        ``siblings``: later nodes (same primitive on the same first input, or the node
+        reading this one's output: _sibling_groups) to compute in the same plan if the
+        family's ``plan_siblings`` takes them;
         False if it does not (then nothing ran). Their inputs and outputs follow the node's
         own in the plan's references; the caller finishes them after the node."""
         sizes = None

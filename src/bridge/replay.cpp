@@ -584,7 +584,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       }
       const auto& pf = prog.at(f, "replay");
       const mx::array& fa = *slots_[fnode.outputs[0]].arr;
-      same = !fnode.finished && pf.kind == PKind::Sibling && pf.type == &typeid(fa.primitive()) &&
+      same = same && !fnode.finished && pf.kind == PKind::Sibling && pf.type == &typeid(fa.primitive()) &&
              (pf.prim.get() == &fa.primitive() || pf.prim->is_equivalent(fa.primitive()));
       for (size_t j = 0; j < fnode.outputs.size() && same; ++j) {
         const auto& o = *slots_[fnode.outputs[j]].arr;
