@@ -78,6 +78,11 @@ MLXA_DEVICE void norm_row(const NormArgs& a) {
     Packed<X, V> xg[K];
 #pragma unroll
     for (int k = 0; k < K; ++k) xg[k] = load_zero<X, V>(x, first + k * step, n, vx);
+    // the first group's weight and bias in flight with x: with a group a thread (few rows,
+    // wide blocks) nothing is left to load after the reduction
+    const bool has0 = first < n;
+    const Packed<O, V> w0 = (flags & 1) && has0 ? load_zero<O, V>(w, first, n, vw) : none;
+    const Packed<O, V> b0 = (flags & 2) && has0 ? load_zero<O, V>(b, first, n, vb) : none;
     float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; ++k)
@@ -107,8 +112,8 @@ MLXA_DEVICE void norm_row(const NormArgs& a) {
     for (int k = 0; k < K; ++k) {
       const int base = first + k * step;
       if (base >= n) continue;
-      const Packed<O, V> wv = flags & 1 ? load_zero<O, V>(w, base, n, vw) : none;
-      const Packed<O, V> bv = flags & 2 ? load_zero<O, V>(b, base, n, vb) : none;
+      const Packed<O, V> wv = k == 0 ? w0 : flags & 1 ? load_zero<O, V>(w, base, n, vw) : none;
+      const Packed<O, V> bv = k == 0 ? b0 : flags & 2 ? load_zero<O, V>(b, base, n, vb) : none;
       store_group<O, V>(out, base, n, vo, finish<X, O, V>(xg[k], wv, bv, scale, mean, flags));
     }
   } else {
@@ -166,6 +171,8 @@ MLXA_DEVICE void norm_add_row(const NormAddArgs& a) {
   const int first = threadIdx.x * V;
   const Packed<T, V> none{};
   Packed<T, V> hg[K];
+  // the first group's weight in flight with x and r (see norm_row)
+  const Packed<T, V> w0 = (a.flags & 1) && first < n ? load_zero<T, V>(w, first, n, vw) : none;
   float s = 0.0f;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
@@ -183,12 +190,12 @@ MLXA_DEVICE void norm_add_row(const NormAddArgs& a) {
   }
   s = block_reduce<W>(s, Sum{}, scratch);
   fence_all(hg);
-  const float scale = rsqrtf(s / (float)n + a.eps);
+  const float scale = rsqrtf(s * (1.0f / (float)n) + a.eps);   // as norm_row (and MLX: mean = sum * 1/n)
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int base = first + k * step;
     if (base >= n) continue;
-    const Packed<T, V> wv = a.flags & 1 ? load_zero<T, V>(w, base, n, vw) : none;
+    const Packed<T, V> wv = k == 0 ? w0 : a.flags & 1 ? load_zero<T, V>(w, base, n, vw) : none;
     store_group<T, V>(out, base, n, vx, finish<T, T, V>(hg[k], wv, none, scale, 0.0f, a.flags & 1));
   }
 }

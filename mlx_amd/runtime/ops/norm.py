@@ -45,15 +45,22 @@ def pack_args(rows, row_stride, n, flags, eps) -> bytes:
     return _ARGS.pack(rows, row_stride, n, flags, eps, 0)
 
 
-def choose(n: int, x_itemsize: int, out_itemsize: int, wave: int):
-    """(layout, threads per block) for rows of n elements."""
+def choose(n: int, x_itemsize: int, out_itemsize: int, wave: int, rows: int = 0, cus: int = 0):
+    """(layout, threads per block) for rows of n elements. Many rows: REG_GROUPS groups a
+    thread (fewer threads, more blocks per CU). Fewer rows than CUs (a decode step's one
+    row): a group a thread, up to MAX_BLOCK, since the block's latency is the kernel's
+    (one load in flight per thread, a shorter reduction, the weight prefetched whole)."""
     v = 16 // max(x_itemsize, out_itemsize)
     groups = -(-n // v)
     k = _table().REG_GROUPS
     if groups <= MAX_BLOCK * k:
-        t = -(-groups // k)
+        t = groups if rows < cus else -(-groups // k)
         return "r", min(MAX_BLOCK, max(wave, -(-t // wave) * wave))
     return "l", MAX_BLOCK
+
+
+def _cus(device) -> int:
+    return max(1, int(getattr(device, "compute_units", 1) or 1))
 
 
 def _row_stride(x):
@@ -91,7 +98,7 @@ def plan_node(node, device):
     if rs is None:
         return None
     wave = _plan.wave_width(device)
-    layout, threads = choose(n, x.itemsize, o.itemsize, wave)
+    layout, threads = choose(n, x.itemsize, o.itemsize, wave, rows, _cus(device))
     name = _table().kernel(kt, layout, op, x.dtype, o.dtype, wave)
     iw = 1 if has_w else 0
     ib = 1 + has_w if has_b else 0
@@ -128,7 +135,7 @@ def plan_siblings(nodes, device):
     if has_w and (nrm.ins[1].dtype != dt or nrm.ins[1].shape != (n,) or (n > 1 and nrm.ins[1].strides[0] != 1)):
         return None
     wave = _plan.wave_width(device)
-    layout, threads = choose(n, h.itemsize, h.itemsize, wave)
+    layout, threads = choose(n, h.itemsize, h.itemsize, wave, rows, _cus(device))
     if layout != "r":
         return None
     name = _table().add_kernel(kt, dt, wave)
