@@ -49,6 +49,7 @@ MAX_KERNEL_JOBS = 4096   # launches of the portable kernel per node
 GRID_Z = 65535
 GEMV_WAVES = 4           # waves per gemv block (mlxa::kGemvWaves)
 GEMV_ROWS = 2            # rows per gemv wave (mlxa::kGemvRows)
+GEMV_PER_CU = 24         # plan.ksplit's waves per CU for the gemv (tools/matvec_sweep.cu)
 TILE = 64                # mlxa::kTileM == kTileN
 GEMM_THREADS = 256
 
@@ -279,7 +280,8 @@ def _gemv(dt, M, N, K, A: Operand, B: Operand, bshape, device, alpha, beta, sibs
     if sibs and batch != 1:
         return None
     seg_rows = [rows] + [r for r, _, _ in sibs]
-    ks = ksplit(-(-sum(seg_rows) // GEMV_ROWS) * batch, K * ITEM[dt] // 16, device, GEMV_WAVES, per_cu=24)
+    ks = ksplit(-(-sum(seg_rows) // GEMV_ROWS) * batch, K * ITEM[dt] // 16, device, GEMV_WAVES,
+                per_cu=GEMV_PER_CU)
     block_rows = GEMV_WAVES // ks * GEMV_ROWS
     grid_x = sum(-(-r // block_rows) for r in seg_rows)
     if grid_x >= 2**31:

@@ -338,6 +338,10 @@ def _qmv_h2_serves(p: Problem, device, dt) -> bool:
     return p.K % 32 == 0 and p.K // 32 * t.QMV_H2_SMEM_PER_CHUNK <= limit and rows_ok
 
 
+QMV_H2_PER_CU = 12        # plan.ksplit's waves per CU for qmv_h2 (tools/qmv_mma.cu)
+QMV_H2_BLOCKS_PER_CU = 2  # qmv_h2 row blocks resident per CU (its registers' residency)
+
+
 def qmv_h2_ksplit(rows, row_sets, chunks, rows_per_wave, wave, device) -> int:
     """Waves of qmv_h2 per row group (plan.ksplit, ~12 waves per compute unit) while every
     lane keeps two chunks of 32 values of k (one summed while the next one's loads are in
@@ -345,7 +349,7 @@ def qmv_h2_ksplit(rows, row_sets, chunks, rows_per_wave, wave, device) -> int:
     the H200: 1 for 14336 x 4096, 2 for 4096 x 14336; more waves per row group cost more than
     they give elsewhere.)"""
     return ksplit(-(-rows // rows_per_wave) * row_sets, chunks * 16 // wave, device,
-                  _table().QMV_H2_THREADS // wave, per_cu=12)
+                  _table().QMV_H2_THREADS // wave, per_cu=QMV_H2_PER_CU)
 
 
 def qmv_h2_blocks(rows, m, batch, block_rows, device) -> int:
@@ -353,7 +357,7 @@ def qmv_h2_blocks(rows, m, batch, block_rows, device) -> int:
     registers allow), each looping over its share of the row blocks with x staged once; a
     block per row block costs a staging of x each (tools/qmv_mma.cu on the H200, the 8b head:
     0.63 of the copy bandwidth with one block per row block, 0.77 with two per CU)."""
-    cap = max(1, int(getattr(device, "compute_units", 1) or 1)) * 2 // max(1, m * min(batch, GRID_Y))
+    cap = max(1, int(getattr(device, "compute_units", 1) or 1)) * QMV_H2_BLOCKS_PER_CU // max(1, m * min(batch, GRID_Y))
     return max(1, min(-(-rows // block_rows), cap))
 
 
