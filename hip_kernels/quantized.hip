@@ -25,6 +25,8 @@
 //   dequant   w -> a row-contiguous array of x's dtype (prefill: a GEMM follows).
 //   quantize  affine quantization, one thread per group, MLX's CPU arithmetic in float.
 //   fp8       fast::ConvertFP8 (float <-> e4m3 bytes) with MLX's CPU rounding.
+//   qdq       QQMatmul's x quantized to an fp mode and back (MLX's CPU arithmetic); the
+//             product is then qmv or the prefill path on that x.
 #include "mlxa/mma.h"
 #include "mlxa/quantized_args.h"
 #include "mlxa/types.h"
@@ -1175,6 +1177,59 @@ MLXA_DEVICE void from_fp8(const Fp8Args& a) {
     ((T*)a.out)[i] = cast<T>(from_e4m3(((const uint8_t*)a.in)[i]));
 }
 
+// ---- QQMatmul's x: an fp mode's quantization and dequantization in one pass ------------
+// As MLX's CPU QQMatmul prepares x (its fp_quantize_dequantize): per group the scale
+// max|x| / 6 (4-bit values) or / 448 (e4m3 values), NaN left out of the max as std::max
+// leaves it, kept in the mode's scale format (e4m3 for nvfp4, e8m0 = 2^round(log2 s) for the
+// mx modes, rounded up); each value divided by it, rounded to the value format (e2m1 by MLX's
+// thresholds, e4m3 by to_e4m3), times the scale in float, rounded to x's dtype.
+
+// float -> e2m1 code with MLX's CPU thresholds (ties to the even code); NaN -> 6 (0x7)
+MLXA_DEVICE uint32_t to_e2m1(float x) {
+  if (x != x) return 7u;
+  const uint32_t sign = (float_as_uint(x) >> 28) & 8u;
+  const float a = fabsf(x);
+  const uint32_t b = a > 5.0f ? 7u : a >= 3.5f ? 6u : a > 2.5f ? 5u : a >= 1.75f ? 4u
+                   : a > 1.25f ? 3u : a >= 0.75f ? 2u : a > 0.25f ? 1u : 0u;
+  return b | sign;
+}
+
+// float -> e8m0 byte as MLX's CPU QQMatmul: non-finite 255, else 2^round(log2 s) clamped to
+// 2^+-127 (0 gives the smallest), one step up where that is below s, so the group's largest
+// value never saturates: the smallest power of two >= s (log2's last bit cannot move it)
+MLXA_DEVICE uint32_t to_e8m0_up(float s) {
+  if ((float_as_uint(s) & 0x7f800000u) == 0x7f800000u) return 255u;
+  if (s < 0.0f) return 0u;
+  int n = s == 0.0f ? -127 : (int)roundf(log2f(s));
+  n = n < -127 ? -127 : (n > 127 ? 127 : n);
+  uint32_t e = (uint32_t)(n + 127);
+  if (e < 254u && e8m0_value(e) < s) ++e;
+  return e;
+}
+
+template <typename T, int Mode>
+MLXA_DEVICE void qdq(const QdqArgs& a) {
+  static_assert(Mode != kAffine, "qdq takes the fp modes");
+  constexpr int G = Mode == kNvfp4 ? 16 : 32;
+#pragma unroll 1
+  for (long long gi = global_thread(); gi < a.groups; gi += grid_threads()) {
+    const T* x = (const T*)a.x + gi * G;
+    T* o = (T*)a.out + gi * G;
+    float m = uint_as_float(0xff800000u);
+    for (int j = 0; j < G; ++j) {
+      const float v = fabsf((float)widen(x[j]));
+      m = m < v ? v : m;
+    }
+    float s = m / (Mode == kMxfp8 ? 448.0f : 6.0f);
+    s = Mode == kNvfp4 ? from_e4m3(to_e4m3(s)) : e8m0_value(to_e8m0_up(s));
+    for (int j = 0; j < G; ++j) {
+      const float e = s == 0.0f ? 0.0f : (float)widen(x[j]) / s;
+      const float q = Mode == kMxfp8 ? from_e4m3(to_e4m3(e)) : fp4_value(to_e2m1(e));
+      o[j] = cast<T>(s * q);
+    }
+  }
+}
+
 }  // namespace q
 }  // namespace mlxa
 
@@ -1198,5 +1253,7 @@ MLXA_DEVICE void from_fp8(const Fp8Args& a) {
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::q::kBlock) name(Fp8Args a) { mlxa::q::to_fp8<T>(a); }
 #define MLXA_FROM_FP8(name, T) \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::q::kBlock) name(Fp8Args a) { mlxa::q::from_fp8<T>(a); }
+#define MLXA_QDQ(name, T, MODE) \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::q::kBlock) name(QdqArgs a) { mlxa::q::qdq<T, MODE>(a); }
 
 #include "quantized.inc"

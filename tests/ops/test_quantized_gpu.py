@@ -507,3 +507,95 @@ def test_from_fp8(gpu_runtime, dt):
     mx.eval(codes)
     check_gpu(lambda c: mx.from_fp8(c, dtype=DT[dt]), codes, prims=("fast::ConvertFP8",), rtol=0, atol=0,
               what=f"from_fp8 {dt}")
+
+
+# --- QQMatmul (mx.qqmm): x quantized to w's fp mode and back, then the quantized product ----
+
+QQ = ("QQMatmul",)
+
+
+def qqmm(gs, bits, mode):
+    def f(x, w, s):
+        return mx.qqmm(x, w, s, group_size=gs, bits=bits, mode=mode)
+    return f
+
+
+def qqmm_ref(gs, bits, mode):
+    """MLX's own CPU QQMatmul row by row (it takes one row of x at a time) on x in float32,
+    rounded to x's dtype: its x quantization is the arithmetic under test, and float32 keeps
+    its accumulation (in x's dtype on the x86 CPU) from being the larger error."""
+    def f(x, w, s):
+        rows = x.reshape(-1, x.shape[-1]).astype(F32)
+        ys = [mx.qqmm(rows[i:i + 1], w, s, group_size=gs, bits=bits, mode=mode) for i in range(rows.shape[0])]
+        y = mx.concatenate(ys, axis=0) if ys else mx.zeros((0, w.shape[0]), F32)
+        return y.reshape(*x.shape[:-1], w.shape[0]).astype(x.dtype)
+    return f
+
+
+QQ_MODES = [("mxfp4", 32, 4), ("mxfp8", 32, 8), ("nvfp4", 16, 4)]
+
+
+@pytest.mark.parametrize("mode,gs,bits", QQ_MODES)
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("shape", [(1, 256), (5, 256), (2, 3, 40, 256)], ids=["M1", "M5", "batch-M40"])
+def test_qqmm(gpu_runtime, mode, gs, bits, dt, shape):
+    """Every row as MLX's CPU computes one row (the only case MLX's CPU takes): the decode
+    (qmv) and prefill (dequantize + GEMM) products of the quantized-and-back x. x spans a few
+    binades so that groups get different scales."""
+    N, K = 48, shape[-1]
+    q = make((N, K), gs, bits, mode, dtype=DT[dt])
+    mx.random.seed(3)
+    x = (mx.random.normal(shape) * mx.power(4.0, mx.random.randint(-2, 3, shape).astype(F32))).astype(DT[dt])
+    mx.eval(x)
+    rt, at = TOL[DT[dt]]
+    with plain_mlx():
+        scale = float(np.abs(np.array(qqmm_ref(gs, bits, mode)(x, *q).astype(F32))).max())
+    check_gpu(qqmm(gs, bits, mode), x, *q, prims=QQ, ref_fn=qqmm_ref(gs, bits, mode), rtol=rt, atol=at * scale,
+              what=f"qqmm {mode} {dt} {shape}")
+
+
+@pytest.mark.parametrize("mode,gs,bits", QQ_MODES)
+def test_qqmm_edges(gpu_runtime, mode, gs, bits):
+    """A transposed view of x (copied first), a zero group, tiny values, NaN and inf in x:
+    MLX's CPU result, NaN places included."""
+    N, K = 32, 128
+    q = make((N, K), gs, bits, mode)
+    mx.random.seed(5)
+    xt = mx.random.normal((K, 3)).T            # (3, K), not row-contiguous
+    check_gpu(qqmm(gs, bits, mode), xt, *q, prims=QQ, ref_fn=qqmm_ref(gs, bits, mode), rtol=1e-4, atol=1e-4,
+              what=f"qqmm {mode} transposed x")
+    v = np.array(mx.random.normal((1, K)))
+    v[0, :gs] = 0.0
+    v[0, gs:2 * gs] *= 1e-30
+    v[0, 2 * gs + 1] = np.nan        # left out of its group's scale, then a finite code
+    check_gpu(qqmm(gs, bits, mode), mx.array(v), *q, prims=QQ, rtol=1e-4, atol=1e-4,
+              what=f"qqmm {mode} zero/tiny/NaN groups")
+    v[0, 2 * gs + 1] = 1.0
+    v[0, 3 * gs - 1] = np.inf        # an infinite scale (mx modes: NaN everywhere; nvfp4 saturates)
+    check_gpu(qqmm(gs, bits, mode), mx.array(v), *q, prims=QQ, rtol=1e-4, atol=1e-4,
+              what=f"qqmm {mode} inf")
+
+
+@pytest.mark.parametrize("mode,gs,bits", QQ_MODES)
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+@pytest.mark.parametrize("M", [1, 3])
+def test_gather_qqmm(gpu_runtime, mode, gs, bits, dt, M):
+    """mx.gather_qqmm (MLX's CPU raises: not implemented there): every output is MLX's CPU
+    QQMatmul of the gathered x row and expert w, row by row."""
+    E, N, K = 4, 40, 128
+    q = make((E, N, K), gs, bits, mode, dtype=DT[dt])
+    x = xs((3, M, K), DT[dt])
+    lhs, rhs = mx.array([2, 0, 1, 1], mx.uint32), mx.array([3, 3, 0, 2], mx.uint32)
+    mx.eval(lhs, rhs)
+
+    def f(x, w, s, lhs, rhs):
+        return mx.gather_qqmm(x, w, s, lhs_indices=lhs, rhs_indices=rhs, group_size=gs, bits=bits, mode=mode)
+
+    def ref(x, w, s, lhs, rhs):
+        one = qqmm_ref(gs, bits, mode)
+        outs = [one(x[int(i)], w[int(j)], s[int(j)]) for i, j in zip(lhs.tolist(), rhs.tolist())]
+        return mx.stack(outs)
+
+    rt, at = TOL[DT[dt]]
+    check_gpu(f, x, *q, lhs, rhs, prims=("GatherQQMM",), ref_fn=ref, rtol=rt, atol=at,
+              what=f"gather_qqmm {mode} {dt} M={M}")

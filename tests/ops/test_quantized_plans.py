@@ -39,6 +39,7 @@ def test_arg_structs_match_header(tmp_path):
         ' offsetof(QmvArgs, group_shift), offsetof(QmvArgs, out_shape), offsetof(QmvArgs, b_str),'
         ' sizeof(DequantArgs), offsetof(DequantArgs, group_shift), offsetof(DequantArgs, b_str),'
         ' sizeof(QuantizeArgs), offsetof(QuantizeArgs, group_size), sizeof(Fp8Args));'
+        ' printf("%zu %zu\\n", sizeof(QdqArgs), offsetof(QdqArgs, groups));'
         ' printf("%zu %zu %d\\n", sizeof(QmvSibs), sizeof(QmvSibRows), MLXA_QSIBS);}\n')
     exe = tmp_path / "s"
     subprocess.run(["g++", "-std=c++17", "-I", os.path.join(REPO, "hip_kernels", "include"), str(src), "-o", str(exe)],
@@ -46,13 +47,15 @@ def test_arg_structs_match_header(tmp_path):
     got = list(map(int, subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()))
     assert got == [Q.ARG_STRUCTS["QmvArgs"][1], 56, 136, 168, 168 + 8 * 32,
                    Q.ARG_STRUCTS["DequantArgs"][1], 80, 88 + 3 * 32, Q.ARG_STRUCTS["QuantizeArgs"][1], 40,
-                   Q.ARG_STRUCTS["Fp8Args"][1], 8 * 4 * Q.QSIBS, 8 * Q.QSIBS, Q.QSIBS]
+                   Q.ARG_STRUCTS["Fp8Args"][1], Q.ARG_STRUCTS["QdqArgs"][1], 16,
+                   8 * 4 * Q.QSIBS, 8 * Q.QSIBS, Q.QSIBS]
 
 
 def test_kernel_table_is_lean_and_names_planned_kernels():
     names = set(kt.kernel_names("quantized"))
-    # qmv, dequant, quantize, fp8, qmv_mma (2 dtypes x 3 groups), qmv_h2 (3 widths x 2 dtypes x 2 waves)
-    assert len(names) == 9 * 3 * 2 + 9 * 3 + 6 * 3 + 2 * 3 + 2 * 3 + 3 * 2 * 2
+    # qmv, dequant, quantize, fp8, qmv_mma (2 dtypes x 3 groups), qmv_h2 (3 widths x 2 dtypes x 2
+    # waves), qdq (3 fp modes x 3 dtypes)
+    assert len(names) == 9 * 3 * 2 + 9 * 3 + 6 * 3 + 2 * 3 + 2 * 3 + 3 * 2 * 2 + 3 * 3
     for fmt in kt.table("quantized").FORMATS:
         for dt in Q.DTYPES:
             assert kt.table("quantized").qmv_name(kt, fmt, dt, 64) in names
@@ -804,3 +807,143 @@ def test_fp8_plans():
     # integers are not MLX's fp8 sources
     assert Q.plan_node(Node("fast::ConvertFP8", (True,), (Layout.row_major((4,), "int32"),),
                             (Layout.row_major((4,), "uint8"),)), Dev()) is None
+
+
+# --- QQMatmul: x quantized to w's fp mode and back, then the QuantizedMatmul plan ---------
+
+def to_e2m1_model(x):
+    """MLX's e2m1 thresholds (the kernel's to_e2m1) on float32 values: codes 0..15."""
+    x = np.asarray(x, np.float32)
+    a = np.abs(x)
+    b = np.select([a > 5, a >= 3.5, a > 2.5, a >= 1.75, a > 1.25, a >= 0.75, a > 0.25], [7, 6, 5, 4, 3, 2, 1], 0)
+    b = np.where(np.signbit(x), b | 8, b)
+    return np.where(np.isnan(x), 7, b).astype(np.uint32)
+
+
+def qdq_model(x, mode, scale_up=True):
+    """The qdq kernel's arithmetic in numpy (float32 steps): per group of 16 (nvfp4) or 32,
+    scale = max|x| (NaN left out) / 6 or 448 in the mode's scale format, values rounded to the
+    value format, times the scale. float32 out (the kernel then rounds to x's dtype).
+    ``scale_up=False``: the mx scale rounded to the nearest power of two instead (a wrong
+    model: the tests show it differs from MLX)."""
+    g = 16 if mode == "nvfp4" else 32
+    xg = np.asarray(x, np.float32).reshape(-1, g)
+    a = np.abs(xg)
+    m = np.where(np.isnan(a), -np.inf, a).max(1)
+    s = (m / np.float32(448 if mode == "mxfp8" else 6)).astype(np.float32)
+    if mode == "nvfp4":
+        s = from_e4m3_model(to_e4m3_model(s))
+    else:
+        with np.errstate(divide="ignore"):
+            l2 = np.log2(s.astype(np.float64)).astype(np.float32)   # (any log2: the step up settles it)
+        n = np.where(s == 0, -127, np.sign(l2) * np.floor(np.abs(l2) + 0.5))   # roundf: half away
+        n = np.clip(np.nan_to_num(n), -127, 127).astype(np.int64)
+        e = np.where(np.isfinite(s), n + 127, 255)
+        dq = lambda e: np.where(e == 0, np.float32(2.0 ** -127), np.exp2(e.astype(np.float64) - 127)).astype(np.float32)  # noqa: E731
+        if scale_up:                                          # the largest values never saturate
+            e = np.where((e < 254) & (dq(e) < s), e + 1, e)
+        s = dq(e)
+    s = s[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = np.where(s == 0, np.float32(0), xg / s).astype(np.float32)
+    q = from_e4m3_model(to_e4m3_model(e)) if mode == "mxfp8" else fp4(to_e2m1_model(e)).astype(np.float32)
+    return (s * q).astype(np.float32).reshape(np.shape(x))
+
+
+QQ_FORMATS = [("mxfp4", 32, 4, 1), ("mxfp8", 32, 8, 2), ("nvfp4", 16, 4, 3)]
+
+
+@pytest.mark.parametrize("mode,gs,bits,m", QQ_FORMATS)
+def test_qdq_model_matches_mlx_qqmm(mode, gs, bits, m):
+    """MLX's own CPU QQMatmul (one row of float32 x) is the product of the model's x and the
+    dequantized w: the arithmetic the kernel copies is MLX's, scale roundings included (x
+    spans many binades, with zeros, a NaN-free group of tiny values and exact ties)."""
+    K, N = 512, 24
+    rng = np.random.default_rng(m)
+    x = (rng.standard_normal(K) * 10.0 ** rng.integers(-3, 3, K)).astype(np.float32)
+    x[:gs] = 0.0
+    x[gs:2 * gs] *= 1e-30
+    x[2 * gs:3 * gs] = np.float32(0.25) * np.arange(gs, dtype=np.float32) / 4   # e2m1 tie points
+    w, sc = quantized((N, K), gs, bits, mode, seed=m)
+    deq = np_of(mx.dequantize(w, sc, group_size=gs, bits=bits, mode=mode))
+    got = np.array(mx.qqmm(mx.array(x[None]), w, sc, group_size=gs, bits=bits, mode=mode))[0]
+    want = qdq_model(x, mode).astype(np.float64) @ deq.T.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5 * np.abs(want).max())
+    if mode != "nvfp4":      # the comparison tells the scale rules apart
+        wrong = qdq_model(x, mode, scale_up=False).astype(np.float64) @ deq.T.astype(np.float64)
+        assert not np.allclose(got, wrong, rtol=2e-5, atol=1e-5 * np.abs(want).max())
+
+
+def _qq_node(x_lay, mode, gs, bits, m, N, K, extra=0):
+    w = Layout.row_major((N, K * bits // 32), "uint32")
+    s = Layout.row_major((N, K // gs), "uint8")
+    out_shape = tuple(x_lay.shape[:-1]) + (N,)
+    ins = (x_lay, w, s) + tuple(Layout.row_major((), "float32") for _ in range(extra))
+    return Node("QQMatmul", (gs, bits, m), ins, (Layout.row_major(out_shape, x_lay.dtype),))
+
+
+@pytest.mark.parametrize("mode,gs,bits,m", QQ_FORMATS)
+@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
+@pytest.mark.parametrize("M", [1, 5, 40])
+def test_qqmm_plan(mode, gs, bits, m, dt, M):
+    """qdq over every group of x into a temporary of x's dtype, then QuantizedMatmul's own
+    plan on it (qmv for M <= 8, dequantize + GEMM beyond), its temporaries after ours."""
+    K, N = 256, 48
+    x = Layout.row_major((2, M, K), dt)
+    plan = Q.plan_node(_qq_node(x, mode, gs, bits, m, N, K), Dev())
+    assert plan is not None
+    qdq = plan.steps[0]
+    assert qdq.kernel == f"quantized_qdq_{mode}_{dt}_{dt}" and qdq.kernel in kt.kernel_names("quantized")
+    assert struct.unpack("<q", qdq.tail) == (2 * M * K // gs,) and qdq.refs[0].kind == "i"
+    assert plan.temps[0] == 2 * M * K * (4 if dt == "float32" else 2)
+    sub = Q.plan_node(Node("QuantizedMatmul", (gs, bits, m, True), (x,) + _qq_node(x, mode, gs, bits, m, N, K).ins[1:],
+                           (Layout.row_major((2, M, N), dt),)), Dev())
+    assert len(plan.steps) == 1 + len(sub.steps) and plan.temps[1:] == sub.temps
+    first = plan.steps[1]
+    assert first.kernel == sub.steps[0].kernel
+    # the sub-plan's x is our temporary 0; its own temporaries are renumbered after it
+    refs = [r for st in plan.steps[1:] for r in getattr(st, "refs", ())]
+    assert ("t", 0) in {(r.kind, r.index) for r in refs}
+    assert all(r.kind != "i" or r.index in (1, 2) for r in refs)
+
+
+def test_qqmm_strided_x_is_copied_first_and_the_rest_declined():
+    K, N = 128, 16
+    x = Layout.strided((K, 3), (1, K), "float16")       # a transposed view: rows not contiguous
+    xt = Layout.strided((3, K), (1, 3), "float16")
+    plan = Q.plan_node(_qq_node(xt, "mxfp8", 32, 8, 2, N, K), Dev())
+    assert plan is not None and plan.steps[0].kernel.startswith("copy") or "copy" in plan.steps[0].family
+    assert plan.steps[1].kernel == "quantized_qdq_mxfp8_float16_float16" and plan.steps[1].refs[0] == Q.tmp(0)
+    assert plan.temps[:2] == (3 * K * 2, 3 * K * 2)
+    del x
+    row = Layout.row_major((1, K), "float32")
+    # nvfp4's global scales (MLX's CPU path), affine w, a group size the mode does not have
+    assert Q.plan_node(_qq_node(row, "nvfp4", 16, 4, 3, N, K, extra=2), Dev()) is None
+    assert Q.plan_node(_qq_node(row, "affine", 64, 4, 0, N, K), Dev()) is None
+    assert Q.plan_node(_qq_node(row, "mxfp4", 16, 4, 1, N, K), Dev()) is None
+    assert Q.plan_node(_qq_node(Layout.row_major((1, K), "int32"), "mxfp8", 32, 8, 2, N, K), Dev()) is None
+
+
+@pytest.mark.parametrize("mode,gs,bits,m", QQ_FORMATS)
+def test_gather_qqmm_plan(mode, gs, bits, m):
+    """GatherQQMM's inputs (x, w, lhs, rhs, scales) reach GatherQMM's plan (x, w, scales, lhs,
+    rhs) with x the qdq temporary; more than 8 rows of x and global scales are declined."""
+    K, N, E = 128, 32, 4
+    x = Layout.row_major((3, 2, K), "bfloat16")
+    w = Layout.row_major((E, N, K * bits // 32), "uint32")
+    s = Layout.row_major((E, N, K // gs), "uint8")
+    idx = Layout.row_major((3,), "uint32")
+    o = Layout.row_major((3, 2, N), "bfloat16")
+    node = Node("GatherQQMM", (gs, bits, m, False, False), (x, w, idx, idx, s), (o,))
+    plan = Q.plan_node(node, Dev())
+    assert plan.steps[0].kernel == f"quantized_qdq_{mode}_bfloat16_bfloat16"
+    syn = Q.plan_node(Node("GatherQMM", (gs, bits, m, True, False, False), (x, w, s, idx, idx), (o,)), Dev())
+    assert [st.kernel for st in plan.steps[1:]] == [st.kernel for st in syn.steps]
+    ours, theirs = plan.steps[-1].refs, syn.steps[-1].refs
+    move = {("i", 0): ("t", 0), ("i", 1): ("i", 1), ("i", 2): ("i", 4), ("i", 3): ("i", 2), ("i", 4): ("i", 3)}
+    assert [(r.kind, r.index) for r in ours] == [move.get((r.kind, r.index), (r.kind, r.index)) for r in theirs]
+    big = Node("GatherQQMM", (gs, bits, m, False, False), (Layout.row_major((3, 9, K), "bfloat16"), w, idx, idx, s),
+               (Layout.row_major((3, 9, N), "bfloat16"),))
+    assert Q.plan_node(big, Dev()) is None
+    g = Layout.row_major((), "float32")
+    assert Q.plan_node(Node("GatherQQMM", (gs, bits, m, False, False), (x, w, idx, idx, s, g, g), (o,)), Dev()) is None

@@ -108,4 +108,12 @@ struct Fp8Args {
   int64_t n;
 };
 
+// QQMatmul's x quantized to an fp mode and back, groups of 16 (nvfp4) or 32 values of a
+// row-contiguous x into a row-contiguous output of its dtype.
+struct QdqArgs {
+  const void* x;
+  void* out;
+  int64_t groups;
+};
+
 }  // extern "C"

@@ -9,6 +9,7 @@ nvfp4. Names:
   quantized_dequant_<fmt>_<dt>_<dt>               packed w -> dtype
   quantized_quantize_a<bits>_<dt>_<dt>            affine quantization
   quantized_fp8_to_<dt>_uint8 / quantized_fp8_from_uint8_<dt>   fast::ConvertFP8
+  quantized_qdq_<fmt>_<dt>_<dt>                   QQMatmul's x: fp quantization and back
 """
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -65,6 +66,13 @@ def fp8_name(kt, to_fp8, dt):
                           dt if to_fp8 else "uint8", "uint8" if to_fp8 else dt)
 
 
+QDQ_FORMATS = ("mxfp4", "mxfp8", "nvfp4")
+
+
+def qdq_name(kt, fmt, dt):
+    return kt.kernel_name("quantized", "qdq", fmt, dt, dt)
+
+
 def entries(kt):
     for fmt, (mode, bits, _cv) in FORMATS.items():
         for dt in DTYPES:
@@ -92,3 +100,7 @@ def entries(kt):
         yield n, f"MLXA_TO_FP8({n}, {kt.CTYPES[dt]})"
         n = fp8_name(kt, False, dt)
         yield n, f"MLXA_FROM_FP8({n}, {kt.CTYPES[dt]})"
+    for fmt in QDQ_FORMATS:
+        for dt in DTYPES:
+            n = qdq_name(kt, fmt, dt)
+            yield n, f"MLXA_QDQ({n}, {kt.CTYPES[dt]}, {FORMATS[fmt][0]})"

@@ -26,8 +26,12 @@ and 2 mxfp8 (e8m0 scale bytes, groups of 32), 3 nvfp4 (e4m3 scale bytes, groups 
   arithmetic, bit for bit.
 * fast::ConvertFP8 (mx.to_fp8 / mx.from_fp8): e4m3 with MLX's CPU rounding and its
   saturation (|x| >= 464, inf and NaN give +-448), bit for bit.
+* QQMatmul (mx.qqmm, fp modes): x quantized to w's mode and back as MLX's CPU does it
+  (qdq), then the QuantizedMatmul plan above on that x; any M (MLX's CPU: one row only).
+  GatherQQMM (which MLX's CPU does not implement) is the same qdq before GatherQMM's plan.
 
-Not covered (MLX's CPU fallback): GatherQMM with M > 8 or transpose=False; fast::Quantize
+Not covered (MLX's CPU fallback): GatherQMM and GatherQQMM with M > 8, GatherQMM with
+transpose=False; QQMatmul and GatherQQMM with nvfp4's global scales; fast::Quantize
 of the fp modes or the dequantize direction (MLX's CPU build decomposes both into ops, so
 neither reaches us); w/scales/biases whose last axis is not contiguous; more than 4 batch
 dimensions after collapsing.
@@ -50,7 +54,7 @@ from . import elementwise as ew
 FAMILY = "quantized"
 
 PRIMITIVES = {"QuantizedMatmul": "qmm", "GatherQMM": "gather_qmm", "fast::Quantize": "quantize",
-              "fast::ConvertFP8": "fp8"}
+              "fast::ConvertFP8": "fp8", "QQMatmul": "qqmm", "GatherQQMM": "gather_qqmm"}
 
 DTYPES = ("float32", "float16", "bfloat16")
 ITEM = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -72,8 +76,10 @@ SIBLINGS = ("QuantizedMatmul",)
 _DEQ_TAIL = struct.Struct("<6q2i16q")      # after the 4 pointers
 _QUANT_TAIL = struct.Struct("<q2i")        # after the 4 pointers
 _FP8_TAIL = struct.Struct("<q")            # after the 2 pointers
+_QDQ_TAIL = struct.Struct("<q")            # after the 2 pointers
 ARG_STRUCTS = {"QmvArgs": (7, 7 * 8 + _QMV_TAIL.size), "DequantArgs": (4, 4 * 8 + _DEQ_TAIL.size),
-               "QuantizeArgs": (4, 4 * 8 + _QUANT_TAIL.size), "Fp8Args": (2, 2 * 8 + _FP8_TAIL.size)}
+               "QuantizeArgs": (4, 4 * 8 + _QUANT_TAIL.size), "Fp8Args": (2, 2 * 8 + _FP8_TAIL.size),
+               "QdqArgs": (2, 2 * 8 + _QDQ_TAIL.size)}
 
 
 def _pad(v, fill=0):
@@ -652,6 +658,85 @@ def _plan_fp8(node, device):
     return Plan(tuple(steps), temps=tuple(temps))
 
 
+# ---- QQMatmul ----------------------------------------------------------------------------
+
+def _plan_qqmm(node, device):
+    """QQMatmul (mx.qqmm with an fp-mode quantized w): x quantized to w's mode and back in
+    one pass (qdq: MLX's CPU arithmetic, per group of 16 or 32 values of K), then the
+    QuantizedMatmul plan of that x, embedded. MLX's CPU takes one row of x (M == 1) only
+    and raises for more; here every M and batch runs, each row as MLX computes one. Not
+    taken: global scales (nvfp4's optional fourth and fifth inputs; MLX's CPU path),
+    un-quantized w (MLX quantizes it first in the graph: a QQMatmul sees uint32 w)."""
+    from ..plan import Node
+
+    if len(node.params) != 3 or len(node.ins) != 3 or len(node.outs) != 1:
+        return None
+    gs, bits, mode = (int(v) for v in node.params)
+    f = fmt_for(gs, bits, mode)
+    if f is None or f.affine or f.name not in _table().QDQ_FORMATS:
+        return None
+    x, w, s = node.ins
+    xr = Layout.row_major(x.shape, x.dtype)
+    p = _problem(Node("QuantizedMatmul", (gs, bits, mode, True), (xr, w, s), node.outs), gather=False)
+    if p is None:
+        return None
+    if p.o.size == 0:
+        return Plan(())
+    if p.K == 0:
+        return Plan((Memset(out(0), p.o.nbytes, 0),))
+    sub = _plan_qmv(p, device) if p.M <= QMV_MAX_M else _plan_prefill(p, device)
+    return _after_qdq(x, f, device, sub, {("i", 1): inp(1), ("i", 2): inp(2)})
+
+
+def _after_qdq(x, f, device, sub, refs):
+    """[x copied row-contiguous when it is not,] qdq of x into a temporary, then ``sub`` (a
+    plan whose input 0 is that x; ``refs`` maps its other inputs to ours) with its
+    temporaries after ours; None when there is no sub-plan or it cannot be embedded."""
+    if sub is None:
+        return None
+    steps, temps, x_ref = [], [], inp(0)
+    if not x.row_contiguous:
+        xc = _x_copy(x, device, 0)
+        if xc is None:
+            return None
+        steps.append(xc[0])
+        temps.append(x.size * ITEM[x.dtype])
+        x_ref = tmp(0)
+    groups = x.size // f.gs
+    hat = len(temps)
+    temps.append(x.size * ITEM[x.dtype])
+    steps.append(Launch(FAMILY, _table().qdq_name(kt, f.name, x.dtype), _grid_1d(groups, device), (BLOCK, 1, 1),
+                        0, 2, _QDQ_TAIL.pack(groups), (x_ref, tmp(hat))))
+    base = len(temps)
+    mm = embed(sub, {("i", 0): tmp(hat), ("o", 0): out(0), **refs}, lambda i, n: base + i)
+    if mm is None:
+        return None
+    return Plan(tuple(steps) + tuple(mm), temps=tuple(temps) + tuple(sub.temps))
+
+
+def _plan_gather_qq(node, device):
+    """GatherQQMM (mx.gather_qqmm, fp modes): qdq of x as for QQMatmul, then GatherQMM's plan
+    (rows of x <= 8). MLX's CPU has no GatherQQMM at all; each output is what its QQMatmul
+    of x[lhs] and w[rhs] gives. Inputs (x, w, lhs, rhs, scales); global scales: not taken."""
+    from ..plan import Node
+
+    if len(node.params) != 5 or len(node.ins) != 5 or len(node.outs) != 1:
+        return None
+    gs, bits, mode, lsorted, rsorted = node.params
+    f = fmt_for(gs, bits, mode)
+    if f is None or f.affine or f.name not in _table().QDQ_FORMATS:
+        return None
+    x, w, lhs, rhs, s = node.ins
+    if x.dtype not in DTYPES or x.ndim < 2 or x.shape[-1] % f.gs:
+        return None
+    xr = Layout.row_major(x.shape, x.dtype)
+    syn = Node("GatherQMM", (gs, bits, mode, True, lsorted, rsorted), (xr, w, s, lhs, rhs), node.outs)
+    if node.out.size == 0:
+        return Plan(()) if _problem(syn, True) is not None else None
+    return _after_qdq(x, f, device, _plan_gather(syn, device),
+                      {("i", 1): inp(1), ("i", 2): inp(4), ("i", 3): inp(2), ("i", 4): inp(3)})
+
+
 # ---- entry --------------------------------------------------------------------------------
 
 def plan_node(node, device):
@@ -659,6 +744,10 @@ def plan_node(node, device):
         return _plan_quantize(node, device)
     if node.prim == "fast::ConvertFP8":
         return _plan_fp8(node, device)
+    if node.prim == "QQMatmul":
+        return _plan_qqmm(node, device)
+    if node.prim == "GatherQQMM":
+        return _plan_gather_qq(node, device)
     if node.prim == "GatherQMM":
         if node.out.size == 0:
             return Plan(()) if _problem(node, True) is not None else None
