@@ -428,15 +428,17 @@ class Evaluator:
         res.trim_consts()          # nothing of this graph is queued yet
         items, seen = [], set()
         recs = res._recs
-        # (the bridge's walk over its slots: leaves with data only, no per-slot info tuple)
-        for _, key, host, nbytes, token, ndim, size in g.leaves():
+        # (the bridge's walk over its slots: leaves with data only, no per-slot info tuple;
+        # the small MLX-owned constants whose bytes the cache holds stay native: leaf_hits)
+        for _, key, host, nbytes, token, ndim, size in g.leaves(None, res.consts):
             if token != -1 or key in seen or key in recs or not small_const(ndim, size, nbytes):
                 continue
             seen.add(key)
             items.append((key, host, nbytes))
-        if not items:
-            return None
-        return {key: dev for (key, _, _), dev in zip(items, res.upload_consts(items, self.stream))}
+        hits = g.leaf_hits()
+        if items:
+            hits.update(zip([k for k, _, _ in items], res.upload_consts(items, self.stream)))
+        return hits or None
 
     def _run(self, g):
         prog = None

@@ -43,6 +43,7 @@ class Graph {
   // leaves with data; with a program, only those its leaf cache does not hold (the
   // cached ones are kept for the next replay)
   nb::list leaves(Program* prog, ConstCache* consts);
+  nb::dict leaf_hits() const;
   nb::tuple replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
                    uintptr_t arena, uintptr_t entry, intptr_t param_end,
                    uintptr_t stream, nb::callable node_cb,

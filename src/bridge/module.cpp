@@ -111,6 +111,9 @@ NB_MODULE(_bridge, m) {
            "with a program, only the leaves its leaf cache does not hold, and with a "
            "ConstCache only the small MLX-owned constants whose bytes it lacks (replay() "
            "adds the others' device addresses)")
+      .def("leaf_hits", &Graph::leaf_hits,
+           "{key: device address} of the leaves the last leaves() call left out because "
+           "its program or ConstCache holds them")
       .def("replay", &Graph::replay, "program"_a, "leaf_dev"_a, "outputs"_a,
            "arena"_a, "entry"_a, "param_end"_a, "stream"_a, "node_cb"_a,
            "error_cb"_a, "graphs"_a = false,

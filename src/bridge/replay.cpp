@@ -292,6 +292,12 @@ nb::list Graph::leaves(Program* prog, ConstCache* consts) {
   return out;
 }
 
+nb::dict Graph::leaf_hits() const {
+  nb::dict d;
+  for (auto [k, v] : cached_dev_) d[nb::int_(k)] = nb::int_(v);
+  return d;
+}
+
 void ConstCache::add(nb::list entries) {
   for (auto e : entries) {
     auto t = nb::cast<nb::tuple>(e);

@@ -593,3 +593,31 @@ def test_a_sibling_whose_input_comes_later_runs_alone(monkeypatch):
     # launches (the scaling and two matvecs) every time, nothing handed back to Python
     assert groups and counts == [3] * 6, counts
     assert ev.replays >= 4 and ev.replay_python == 0
+
+
+def test_a_first_sighting_takes_cached_constants_natively(null_runtime, monkeypatch):
+    # a graph structure seen for the first time whose scalar constants have values the
+    # constant cache holds: the bridge's leaf walk hands their device copies over
+    # (Graph.leaf_hits) and only new values come back to Python for an upload; the kernels
+    # read the value's device copy, whatever the constant's own buffer
+    ev, res = null_runtime.evaluator, null_runtime.residency
+    x = mx.array(np.ones(16, np.float32))
+    ev.eval([x])
+    ev.eval([(x * 3.25 + 0.5).sum()])                 # 3.25 and 0.5 now cached by value
+    asked = []
+    real = res.upload_consts
+    monkeypatch.setattr(res, "upload_consts", lambda items, stream: asked.append(len(items)) or real(items, stream))
+    seen = []
+    real_sc = ev._small_consts
+    monkeypatch.setattr(ev, "_small_consts", lambda g: seen.append(real_sc(g)) or seen[-1])
+    y = x
+    for i in range(5):                              # another structure, fresh constant arrays
+        y = (y - 0.5) * 3.25
+    ev.eval([y.max()])
+    assert asked == [] and len(seen) == 1 and seen[0] is not None
+    # (x itself is a small MLX-owned leaf too: 16 floats, its value cached since the first eval)
+    addrs = set(seen[0].values())
+    assert addrs == {res.consts.find(v.tobytes()) for v in (np.float32(0.5), np.float32(3.25), np.ones(16, np.float32))}
+    assert len(seen[0]) == 11                        # every fresh constant array, by its buffer, and x
+    ev.eval([(x * 7.75).max()])                      # a new value: one upload of one value
+    assert asked == [1]
