@@ -680,11 +680,9 @@ def _plan_qqmm(node, device):
     p = _problem(Node("QuantizedMatmul", (gs, bits, mode, True), (xr, w, s), node.outs), gather=False)
     if p is None:
         return None
-    if p.o.size == 0:
-        return Plan(())
-    if p.K == 0:
-        return Plan((Memset(out(0), p.o.nbytes, 0),))
-    sub = _plan_qmv(p, device) if p.M <= QMV_MAX_M else _plan_prefill(p, device)
+    sub = _plan_qmm(p, device)
+    if p.o.size == 0 or p.K == 0:     # nothing to read: no qdq
+        return sub
     return _after_qdq(x, f, device, sub, {("i", 1): inp(1), ("i", 2): inp(2)})
 
 
@@ -755,8 +753,11 @@ def plan_node(node, device):
     if node.prim != "QuantizedMatmul":
         return None
     p = _problem(node, gather=False)
-    if p is None:
-        return None
+    return None if p is None else _plan_qmm(p, device)
+
+
+def _plan_qmm(p: Problem, device):
+    """QuantizedMatmul's plan for a checked problem: qmv (decode) or dequantize + GEMM."""
     if p.o.size == 0:
         return Plan(())
     if p.K == 0:
