@@ -185,13 +185,18 @@ def default_refs(n_ins: int, n_outs: int = 1) -> tuple:
     return tuple(inp(i) for i in range(n_ins)) + tuple(out(i) for i in range(n_outs))
 
 
+def compute_units(device) -> int:
+    """The device's compute units (CUs / SMs), at least 1: what launchers size grids by."""
+    return max(1, int(getattr(device, "compute_units", 1) or 1))
+
+
 def ksplit(groups: int, steps: int, device, waves: int = 4, per_cu: int = 24) -> int:
     """Waves of a block sharing one row group, each over every ksplit-th step of k (the
     matrix-vector kernels: gemv, qmv): the smallest split (1, 2, 4, up to ``waves``) that
     gives ``per_cu`` waves per compute unit for ``groups`` row groups, while every lane of
     a 32-wide wave keeps a step of the ``steps`` along k. (The per_cu values are the
     measured best of tools' variant sweeps on the H200: a split costs a block-wide sum.)"""
-    target = max(1, int(getattr(device, "compute_units", 1) or 1)) * per_cu
+    target = compute_units(device) * per_cu
     ks = 1
     while ks < waves and groups * ks < target and steps >= 2 * ks * 32:
         ks *= 2

@@ -486,7 +486,7 @@ def fused_launch(node, device, source_name, function=None):
         grid = (0, 1, 1)
     else:
         per_block = BLOCK * (4 if mode == "g" else 1)
-        cap = max(1, int(device.compute_units)) * 16
+        cap = _plan.compute_units(device) * 16
         grid = (min(-(-items // per_block), cap), 1, 1)
     refs = tuple(_plan.inp(k) for k in range(ni)) + tuple(_plan.out(j) for j in range(len(node.outs)))
     return Launch(FAMILY, f"{source_name}_{mode}", grid, (BLOCK, 1, 1), 0, len(refs), tail,

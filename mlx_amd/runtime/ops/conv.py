@@ -31,7 +31,7 @@ import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import Layout, Memset, Node, Plan, embed, inp, out as out_ref, tmp
+from ..plan import Layout, Memset, Node, Plan, compute_units, embed, inp, out as out_ref, tmp
 from . import copy as copy_family
 from . import matmul
 
@@ -162,7 +162,7 @@ def _im2col(x: Layout, g: Geometry, p0: int, P: int, x_ref, t_ref, device) -> La
     in_strides = (x.strides[0], *sp, x.strides[-1])
     tail = conv_tail(p0, P, n_work, in_strides, g.in_spatial, g.out_spatial, g.kernel, g.stride, g.pad_lo,
                      g.kdil, g.idil, g.G, g.Cg, g.ktot, vec, g.flip)
-    cap = max(1, int(device.compute_units)) * _BLOCKS_PER_CU
+    cap = compute_units(device) * _BLOCKS_PER_CU
     grid = (min(-(-n_work // BLOCK), cap), 1, 1) if n_work else (0, 1, 1)
     name = kt.table(FAMILY).name(kt, x.itemsize)
     return Launch(FAMILY, name, grid, (BLOCK, 1, 1), 0, 2, tail, (x_ref, t_ref))

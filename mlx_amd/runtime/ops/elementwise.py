@@ -12,7 +12,7 @@ import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import ITEMSIZE, Layout, Plan, row_strides  # noqa: F401  (shared by every launcher)
+from ..plan import ITEMSIZE, Layout, Plan, compute_units, row_strides  # noqa: F401  (shared by every launcher)
 
 
 MAX_DIMS = kt.MAX_DIMS
@@ -71,7 +71,7 @@ def grid_for(items: int, device) -> tuple:
         raise ValueError(f"unsupported wave size {wave}: block size {BLOCK} must be a multiple")
     if items <= 0:
         return (0, 1, 1), (BLOCK, 1, 1)
-    cap = max(1, int(device.compute_units)) * _BLOCKS_PER_CU
+    cap = compute_units(device) * _BLOCKS_PER_CU
     return (min(-(-items // BLOCK), cap), 1, 1), (BLOCK, 1, 1)
 
 

@@ -35,7 +35,7 @@ import os
 import struct
 
 from .. import kernel_table as kt
-from ..plan import ITEMSIZE, HostCall, Layout, Memset, Plan, inp, out as out_ref, row_strides, tmp
+from ..plan import ITEMSIZE, HostCall, Layout, Memset, Plan, compute_units, inp, out as out_ref, row_strides, tmp
 from ..launch import Launch
 from . import copy as copy_ops
 from .elementwise import collapse_dims
@@ -149,7 +149,7 @@ def _grid(items, device) -> tuple:
         raise ValueError(f"unsupported wave size {wave}: block size {BLOCK} must be a multiple")
     if items <= 0:
         return (0, 1, 1)
-    cap = max(1, int(device.compute_units)) * _BLOCKS_PER_CU
+    cap = compute_units(device) * _BLOCKS_PER_CU
     return (min(-(-items // BLOCK), cap), 1, 1)
 
 

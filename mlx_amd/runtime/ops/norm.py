@@ -59,10 +59,6 @@ def choose(n: int, x_itemsize: int, out_itemsize: int, wave: int, rows: int = 0,
     return "l", MAX_BLOCK
 
 
-def _cus(device) -> int:
-    return max(1, int(getattr(device, "compute_units", 1) or 1))
-
-
 def _row_stride(x):
     """Elements between row starts when every row is at a uniform stride, else None."""
     rshape, (rstr,) = ew.collapse_dims(x.shape[:-1], x.strides[:-1])
@@ -98,7 +94,7 @@ def plan_node(node, device):
     if rs is None:
         return None
     wave = _plan.wave_width(device)
-    layout, threads = choose(n, x.itemsize, o.itemsize, wave, rows, _cus(device))
+    layout, threads = choose(n, x.itemsize, o.itemsize, wave, rows, _plan.compute_units(device))
     name = _table().kernel(kt, layout, op, x.dtype, o.dtype, wave)
     iw = 1 if has_w else 0
     ib = 1 + has_w if has_b else 0
@@ -135,7 +131,7 @@ def plan_siblings(nodes, device):
     if has_w and (nrm.ins[1].dtype != dt or nrm.ins[1].shape != (n,) or (n > 1 and nrm.ins[1].strides[0] != 1)):
         return None
     wave = _plan.wave_width(device)
-    layout, threads = choose(n, h.itemsize, h.itemsize, wave, rows, _cus(device))
+    layout, threads = choose(n, h.itemsize, h.itemsize, wave, rows, _plan.compute_units(device))
     if layout != "r":
         return None
     name = _table().add_kernel(kt, dt, wave)

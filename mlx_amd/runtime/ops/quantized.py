@@ -47,7 +47,7 @@ import struct
 from .. import kernel_table as kt
 from .. import matrix_units
 from ..launch import Launch
-from ..plan import Layout, Memset, Plan, embed, inp, ksplit, out, tmp, wave_width
+from ..plan import Layout, Memset, Plan, compute_units, embed, inp, ksplit, out, tmp, wave_width
 from . import copy as copy_family
 from . import elementwise as ew
 
@@ -173,7 +173,7 @@ def _collapse(shape, *strides):
 
 
 def _grid_1d(items: int, device) -> tuple:
-    cap = max(1, int(getattr(device, "compute_units", 1) or 1)) * 32
+    cap = compute_units(device) * 32
     return (max(1, min(-(-items // BLOCK), cap)), 1, 1)
 
 
@@ -363,7 +363,7 @@ def qmv_h2_blocks(rows, m, batch, block_rows, device) -> int:
     registers allow), each looping over its share of the row blocks with x staged once; a
     block per row block costs a staging of x each (tools/qmv_mma.cu on the H200, the 8b head:
     0.63 of the copy bandwidth with one block per row block, 0.77 with two per CU)."""
-    cap = max(1, int(getattr(device, "compute_units", 1) or 1)) * QMV_H2_BLOCKS_PER_CU // max(1, m * min(batch, GRID_Y))
+    cap = compute_units(device) * QMV_H2_BLOCKS_PER_CU // max(1, m * min(batch, GRID_Y))
     return max(1, min(-(-rows // block_rows), cap))
 
 
@@ -371,7 +371,7 @@ def qmv_mma_ksplit(rows, batch, groups, device) -> int:
     """Waves of qmv_mma per 16-row tile, each over a share of the quantization groups of k:
     the smallest of 1, 2, 4 that gives about 6 waves per compute unit while each wave keeps
     8 groups (tools/qmv_mma.cu on the H200: 1 for 14336 rows, 4 for 4096 rows of 4096 or 14336)."""
-    target = max(1, int(getattr(device, "compute_units", 1) or 1)) * 6
+    target = compute_units(device) * 6
     tiles = -(-rows // 16) * batch
     ks = 1
     while ks < QMV_MMA_WAVES and tiles * ks < target and groups >= 16 * ks:

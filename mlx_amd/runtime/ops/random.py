@@ -11,7 +11,7 @@ import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import Plan
+from ..plan import Plan, compute_units
 from .elementwise import collapse_dims
 
 FAMILY = "random"
@@ -57,7 +57,7 @@ def plan_node(node, device):
     rs += [1] * (MAX_DIMS - len(rs))
     rt += [0] * (MAX_DIMS - len(rt))
     tail = _TAIL.pack(num_keys, bytes_per_key, total, *rt, *rs, len(shape), half, odd, 0)
-    cap = max(1, int(device.compute_units)) * _BLOCKS_PER_CU
+    cap = compute_units(device) * _BLOCKS_PER_CU
     grid = (min(-(-total // _BLOCK), cap), 1, 1)
     name = kt.table(FAMILY).KERNELS[0]
     return Plan((Launch(FAMILY, name, grid, (_BLOCK, 1, 1), 0, 2, tail),))

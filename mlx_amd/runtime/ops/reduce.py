@@ -24,7 +24,7 @@ import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import ITEMSIZE, Plan, inp, out, tmp, wave_width
+from ..plan import ITEMSIZE, Plan, compute_units, inp, out, tmp, wave_width
 
 FAMILY = "reduce"
 PRIMITIVES = {"Reduce": "reduce", "ArgReduce": "arg_reduce"}
@@ -197,7 +197,7 @@ def unpack_arg(tail: bytes) -> dict:
 # ---- geometry -------------------------------------------------------------------------------
 def _resident_blocks(device, block):
     """Blocks of ``block`` threads that fill the device once (2048 threads per CU/SM)."""
-    return max(1, int(device.compute_units)) * max(1, 2048 // block)
+    return compute_units(device) * max(1, 2048 // block)
 
 
 def _group(units, W):

@@ -130,7 +130,7 @@ def plan(op, axis, reverse, inclusive, x, out, device):
     k = ROW_GROUPS[v]
     block = min(ROW_BLOCK, -(-(-(-groups // k)) // wave) * wave)
     tile = ROW_BLOCK * v * k
-    cus = max(1, int(device.compute_units))
+    cus = _plan.compute_units(device)
     nchunks = 1
     if count < 2 * cus and n > 4 * tile:
         want = -(-4 * cus // count)
@@ -162,7 +162,7 @@ def _plan_lookback(name, count, n, elem_stride, cshape, cstrides, flags, tile, d
     slots = count * nchunks
     status = STATUS_HEAD + -(-slots * 4 // 16) * 16 + 2 * slots * STATE_BYTES
     words = STATUS_HEAD // 4 + slots
-    clear_grid = min(-(-words // ROW_BLOCK), 4 * max(1, int(device.compute_units)))
+    clear_grid = min(-(-words // ROW_BLOCK), 4 * _plan.compute_units(device))
     refs = (inp(0), _out(0), tmp(0))
     return Plan((
         Launch(FAMILY, name, (clear_grid, 1, 1), (ROW_BLOCK, 1, 1), 0, 3,

@@ -50,7 +50,7 @@ import struct
 from .. import kernel_table as kt
 from .. import matrix_units
 from ..launch import Launch
-from ..plan import Layout, Memset, Node, Plan, Ref, embed, inp, out, tmp, wave_width
+from ..plan import Layout, Memset, Node, Plan, Ref, compute_units, embed, inp, out, tmp, wave_width
 from . import copy as copy_family
 from . import matmul as matmul_family
 
@@ -245,7 +245,7 @@ def decode_splits(p: Problem, device, Lk: int = None) -> tuple:
     Lk = p.Lk if Lk is None else Lk
     chunks = -(-(p.G * p.Lq) // DECODE_ROWS)
     base = p.B * p.Hkv * chunks
-    target = max(1, int(device.compute_units)) * DECODE_BLOCKS_PER_CU
+    target = compute_units(device) * DECODE_BLOCKS_PER_CU
     splits = max(1, min(-(-target // base), Lk // DECODE_MIN_KEYS, DECODE_MAX_SPLITS))
     kps = -(-Lk // splits)
     return -(-Lk // kps), kps
@@ -255,7 +255,7 @@ def decode_max_splits(p: Problem, device) -> int:
     """The most splits ``decode_splits`` gives this problem at any key length: the split
     count grows with Lk only until the blocks fill the device."""
     chunks = -(-(p.G * p.Lq) // DECODE_ROWS)
-    target = max(1, int(device.compute_units)) * DECODE_BLOCKS_PER_CU
+    target = compute_units(device) * DECODE_BLOCKS_PER_CU
     return max(1, min(-(-target // (p.B * p.Hkv * chunks)), DECODE_MAX_SPLITS))
 
 
@@ -387,7 +387,7 @@ def plan_flash_mma(node, p: Problem, device) -> Plan | None:
     if not _flash_fits(node, p, rows):
         return None
     blocks = -(-p.Lq // rows) * p.Hq * p.B
-    if force != "mma" and p.Lk > FLASH_MAX_KEYS and blocks < 2 * max(1, int(device.compute_units)):
+    if force != "mma" and p.Lk > FLASH_MAX_KEYS and blocks < 2 * compute_units(device):
         return None
     if not matrix_units.usable(FAMILY, device, p.dt, mma_selftest):
         return None
@@ -549,7 +549,7 @@ def plan_prefill(node, p: Problem, device) -> Plan | None:
         steps += g2
         if not direct:
             total = B * Hkv * M * Dv // vecw
-            grid = min(-(-total // SCATTER_BLOCK), max(1, int(device.compute_units)) * 16)
+            grid = min(-(-total // SCATTER_BLOCK), compute_units(device) * 16)
             steps.append(Launch(FAMILY, sc_name, (grid, 1, 1), (SCATTER_BLOCK, 1, 1), 0, 2,
                                 scatter_tail(total, cc, G, Dv // vecw, Lq, l0), (tmp(o_t), out(0))))
     return Plan(tuple(steps), temps=tuple(temps.sizes))

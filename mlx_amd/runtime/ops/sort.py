@@ -21,7 +21,7 @@ import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import Plan, inp, out, tmp, wave_width
+from ..plan import Plan, compute_units, inp, out, tmp, wave_width
 from .elementwise import collapse_dims
 
 FAMILY = "sort"
@@ -170,7 +170,7 @@ def _plan_radix(op, key, dtype, n, rows, out_inner, rows_blob, device):
     ksz = SIZES[dtype]
     psz = {None: 0, "u16": 2, "u32": 4, "u64": 8}[pay]
     sub = t.radix_tile(key, pay, w)
-    cap = max(1, int(device.compute_units)) * 8
+    cap = compute_units(device) * 8
     # a block walks `subtiles` sub-tiles in order: few enough blocks that the per-range
     # counts stay small, enough (~4 per multiprocessor) to keep the device busy
     subtiles = max(1, min(16, -(-rows * n // (sub * cap // 2)), -(-n // sub)))
@@ -226,7 +226,7 @@ def _plan_search(node, device):
     kind, abs_inf = KINDS[a.dtype]
     right = 1 if node.params and node.params[0] else 0
     tail = _SEARCH.pack(o.size, a.strides[0], *vt, *vs, nd, a.size, kind, right, abs_inf)
-    cap = max(1, int(device.compute_units)) * 16
+    cap = compute_units(device) * 16
     grid = (min(-(-o.size // 256), cap), 1, 1)
     key = _table().SIZE_NAME[SIZES[a.dtype]]
     return Plan((Launch(FAMILY, _table().search_name(key), grid, (256, 1, 1), 0, 3, tail),))
