@@ -6,7 +6,9 @@
 // one evaluation), growth at 1/2 load.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -34,6 +36,21 @@ class FlatMap {
   }
   void reserve(size_t n) {
     if (2 * n > keys_.size()) grow(n);
+  }
+  // Empty, for about n keys, keeping the storage when it fits (not over 16x too big):
+  // a table reused across evaluations frees no large block (see Scratch).
+  void reset(size_t n) {
+    if (keys_.empty() || 2 * n > keys_.size() || keys_.size() > 32 * (n < 16 ? 16 : n)) {
+      keys_.clear();
+      keys_.shrink_to_fit();
+      vals_.clear();
+      vals_.shrink_to_fit();
+      size_ = 0;
+      grow(n);
+      return;
+    }
+    std::fill(keys_.begin(), keys_.end(), uintptr_t(0));
+    size_ = 0;
   }
   size_t size() const { return size_; }
 
@@ -78,6 +95,38 @@ class FlatMap {
     for (size_t i = 0; i < keys.size(); ++i) {
       if (keys[i] != 0) put(keys[i], vals[i], true);
     }
+  }
+};
+
+// One reusable instance of T per thread, for tables that live for one evaluation. A 20k-node
+// step's tables are megabytes: allocating and freeing them per evaluation made glibc
+// consolidate its fast bins (full of the step's freed small arrays) at every free and
+// give pages back to the kernel, to fault them in again the next step. A nested use on
+// the same thread (a Python callback that evaluates) gets a private instance.
+template <class T>
+class Scratch {
+ public:
+  Scratch() : own_(!busy()) {
+    if (own_) busy() = true;
+    else local_.emplace();
+  }
+  ~Scratch() {
+    if (own_) busy() = false;
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  T& get() { return own_ ? shared() : *local_; }
+
+ private:
+  bool own_;
+  std::optional<T> local_;
+  static bool& busy() {
+    thread_local bool b = false;
+    return b;
+  }
+  static T& shared() {
+    thread_local T t;
+    return t;
   }
 };
 

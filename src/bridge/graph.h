@@ -94,6 +94,9 @@ class Graph {
   void inputs_ready(const Node& node, int64_t n, const char* what);
   void drop(uint32_t s);
 
+  static std::vector<Slot>& spare_slots();
+  static std::vector<Node>& spare_nodes();
+
   std::vector<Slot> slots_;
   std::vector<Node> nodes_;
   std::vector<uint32_t> outputs_;

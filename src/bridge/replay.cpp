@@ -369,7 +369,9 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     bad("replay: the program was made for another graph structure");
   }
   // buffer key -> device address of the buffer's host data start
-  FlatMap<uintptr_t> dev(leaf_dev.size() + cached_dev_.size() + 2 * nodes_.size());
+  Scratch<FlatMap<uintptr_t>> dev_scratch;
+  FlatMap<uintptr_t>& dev = dev_scratch.get();
+  dev.reset(leaf_dev.size() + cached_dev_.size() + 2 * nodes_.size());
   for (auto [k, v] : leaf_dev) dev.emplace(nb::cast<uintptr_t>(k), nb::cast<uintptr_t>(v));
   for (auto [k, v] : cached_dev_) dev.emplace(k, v);   // leaves(prog) found these cached
   nb::list written, python_nodes;
