@@ -5,9 +5,11 @@
 //          group is computed from one read of K and V. Lanes form groups of LG <= 32
 //          lanes, one key per group at a time: a lane holds NV 16-byte vectors of q (R
 //          rows, pre-scaled by scale*log2 e), of the key and of the value, so the value
-//          accumulators need no reduction across lanes until the end. Online softmax in
-//          float32 with exp2. Partials (acc, max, sum) per split go to a float32
-//          temporary and sdpa_combine finishes; a single split writes the output itself.
+//          accumulators need no reduction across lanes until the end; a key's score is
+//          reduce-scattered so that each lane runs the online softmax (float32, exp2) of
+//          one row. Partials (acc, max, sum) per split go to a float32 temporary and the
+//          last block of a row chunk to finish (a counter in memory the runtime keeps
+//          zeroed) combines them; a single split writes the output itself.
 // flash    (prefill, D == Dv): one block per tile of BQ query rows of one head; key tiles
 //          of BK rows go through shared memory, S = Q K^T and O += P V stay in registers
 //          with the softmax online, so no score matrix exists. A 16 x 16 thread grid: a
@@ -78,6 +80,35 @@ MLXA_DEVICE void load_vec(const T* p, bool aligned, Vec<T, N>& out) {
 
 constexpr int next_pow2(int x) { return x <= 1 ? 1 : 2 * next_pow2((x + 1) / 2); }
 
+// The R partial sums of each lane, summed over a group of LG lanes (LG >= R, powers of
+// two) so that each lane ends with one whole sum: that of row lane / (LG / R). Halving
+// the rows held at each of the first log2(R) butterfly steps costs R - 1 + log2(LG / R)
+// shuffles instead of R * log2(LG) for a full reduction of every row on every lane.
+template <int R, int LG>
+MLXA_DEVICE float reduce_scatter(float (&s)[R], int lane) {
+  static_assert(LG >= R && (R & (R - 1)) == 0, "reduce_scatter: R a power of two <= LG");
+  float t[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) t[r] = s[r];
+#pragma unroll
+  for (int h = R / 2, o = LG / 2; o > 0; o >>= 1) {
+    if (h >= 1) {
+      // lanes with bit o set keep the upper half of their rows and send the lower half
+      const bool up = (lane & o) != 0;
+#pragma unroll
+      for (int i = 0; i < h; ++i) {
+        const float send = up ? t[i] : t[i + h];
+        const float keep = up ? t[i + h] : t[i];
+        t[i] = keep + shfl_xor(send, o, LG);
+      }
+      h /= 2;
+    } else {
+      t[0] += shfl_xor(t[0], o, LG);
+    }
+  }
+  return t[0];
+}
+
 // Compile-time shape of the decode kernel for element type T, head dim D, R rows.
 template <typename T, int D, int R>
 struct Cfg {
@@ -89,6 +120,7 @@ struct Cfg {
   static constexpr bool kFull = LG * NV == NVEC;              // every lane vector is real
   static_assert(D % VEC == 0, "head dim must fill 16-byte vectors");
   static_assert(LG <= 32, "a key's lane group must fit in 32 lanes");
+  static_assert(LG >= R, "the score's reduce-scatter gives each lane one row");
 };
 
 constexpr int kDecodeBlock = 256;
@@ -99,9 +131,10 @@ MLXA_DEVICE void decode(const SdpaDecodeArgs& a) {
   constexpr int VEC = C::VEC, NV = C::NV, LG = C::LG;
   constexpr int NG = kDecodeBlock / LG;        // lane groups per block
   constexpr int NSUB = kDecodeBlock / 32;      // 32-lane subgroups per block
+  static_assert(R <= NSUB && NG >= 2, "the split combine gives each row a 32-lane subgroup");
   __shared__ float sm_m[R][NG];
-  __shared__ float sm_buf[NSUB][D];
-  __shared__ float sm_l[NSUB];
+  __shared__ float sm_buf[R][NSUB][D];
+  __shared__ float sm_l[R][NSUB];
 
   const int tid = (int)threadIdx.x;
   const int group = tid / LG, lane = tid % LG;
@@ -115,17 +148,23 @@ MLXA_DEVICE void decode(const SdpaDecodeArgs& a) {
   const int b = (int)blockIdx.z;
   const int rows_here = n_rows - row0 < R ? n_rows - row0 : R;
 
-  // q rows, pre-scaled into the log2 domain; mask row offsets; causal limits
+  // After the score's reduce-scatter (reduce_scatter) a lane holds the whole score of one
+  // query row, myr: its mask offset, causal limit and softmax state are the lane's own.
+  constexpr int LPR = LG / R;                  // lanes per row after the reduce-scatter
+  const int myr = lane / LPR;
+  // q rows, pre-scaled into the log2 domain
   float q[R][NV][VEC];
-  int64_t mrow[R];
-  int limit[R];
+  int64_t my_mrow = 0;
+  int my_limit = 0;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int idx = row0 + (r < rows_here ? r : 0);
     const int g = idx / a.Lq, l = idx % a.Lq, h = kvh * G + g;
     const int64_t qoff = b * a.q_strides[0] + h * a.q_strides[1] + l * a.q_strides[2];
-    mrow[r] = b * a.mask_strides[0] + h * a.mask_strides[1] + l * a.mask_strides[2];
-    limit[r] = a.causal ? l + a.Lk - a.Lq : a.Lk;
+    if (r == myr) {
+      my_mrow = b * a.mask_strides[0] + h * a.mask_strides[1] + l * a.mask_strides[2];
+      my_limit = a.causal ? l + a.Lk - a.Lq : a.Lk;
+    }
 #pragma unroll
     for (int v = 0; v < NV; ++v)
 #pragma unroll
@@ -142,11 +181,9 @@ MLXA_DEVICE void decode(const SdpaDecodeArgs& a) {
   const int k0 = split * a.keys_per_split;
   const int k1 = k0 + a.keys_per_split < a.Lk ? k0 + a.keys_per_split : a.Lk;
 
-  float m[R], lsum[R], acc[R][NV][VEC];
+  float my_m = neg_inf(), my_l = 0.0f, acc[R][NV][VEC];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    m[r] = neg_inf();
-    lsum[r] = 0.0f;
 #pragma unroll
     for (int v = 0; v < NV; ++v)
 #pragma unroll
@@ -192,26 +229,34 @@ MLXA_DEVICE void decode(const SdpaDecodeArgs& a) {
         for (int i = 0; i < VEC; ++i) d = fmaf(q[r][v][i], kf[v][i], d);
       s[r] = d;
     }
-#pragma unroll
-    for (int o = LG / 2; o > 0; o >>= 1)
-#pragma unroll
-      for (int r = 0; r < R; ++r) s[r] += shfl_xor(s[r], o, LG);
+    // the lane's row: its logit, the new running max, the rescale and the probability
+    float x = neg_inf();
+    const float sc = reduce_scatter<R, LG>(s, lane);
     if (j < k1) {
+      x = masked_logit<T>(sc, a.mask_kind, a.mask, my_mrow + j * a.mask_strides[3]);
+      if (j > my_limit) x = kMaskedLogit;
+    }
+    const float mn = fmaxf(my_m, x);
+    const float my_al = rescale(my_m, mn);
+    const float my_p = x == neg_inf() ? 0.0f : exp2f(x - mn);
+    my_m = mn;
+    my_l = my_l * my_al + my_p;
+    // every lane accumulates its value columns for every row: the rows' factors by shuffle;
+    // the running max rarely moves, so the rescale is mostly skipped
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (r >= rows_here) break;
-        float x = masked_logit<T>(s[r], a.mask_kind, a.mask, mrow[r] + j * a.mask_strides[3]);
-        if (j > limit[r]) x = kMaskedLogit;
-        const float mn = fmaxf(m[r], x);
-        const float al = rescale(m[r], mn);
-        const float p = x == neg_inf() ? 0.0f : exp2f(x - mn);
-        m[r] = mn;
-        lsum[r] = lsum[r] * al + p;
+    for (int r = 0; r < R; ++r) {
+      const float al = shfl(my_al, r * LPR, LG);
+      const float p = shfl(my_p, r * LPR, LG);
+      if (al != 1.0f) {
 #pragma unroll
         for (int v = 0; v < NV; ++v)
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) acc[r][v][i] = fmaf(p, vf[v][i], acc[r][v][i] * al);
+          for (int i = 0; i < VEC; ++i) acc[r][v][i] *= al;
       }
+#pragma unroll
+      for (int v = 0; v < NV; ++v)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) acc[r][v][i] = fmaf(p, vf[v][i], acc[r][v][i]);
     }
 #pragma unroll
     for (int v = 0; v < NV; ++v) {
@@ -220,7 +265,13 @@ MLXA_DEVICE void decode(const SdpaDecodeArgs& a) {
     }
   }
 
-  // ---- combine the lane groups of the block
+  // ---- combine the lane groups of the block, every row at once (two barriers in all)
+  float m[R], lsum[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    m[r] = shfl(my_m, r * LPR, LG);
+    lsum[r] = shfl(my_l, r * LPR, LG);
+  }
   if (lane == 0) {
 #pragma unroll
     for (int r = 0; r < R; ++r) sm_m[r][group] = m[r];
@@ -230,7 +281,6 @@ MLXA_DEVICE void decode(const SdpaDecodeArgs& a) {
   const int rows_total = a.B * a.Hq * a.Lq;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    if (r >= rows_here) break;
     float M = neg_inf();
     for (int gi = 0; gi < NG; ++gi) M = fmaxf(M, sm_m[r][gi]);
     const float f = rescale(m[r], M);
@@ -255,69 +305,96 @@ MLXA_DEVICE void decode(const SdpaDecodeArgs& a) {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
           const int e = (sl + v * LG) * VEC + i;
-          if (e < D) sm_buf[sub][e] = x[v][i];
+          if (e < D) sm_buf[r][sub][e] = x[v][i];
         }
-      if (sl == 0) sm_l[sub] = ls;
+      if (sl == 0) sm_l[r][sub] = ls;
     }
-    sync_block();
+  }
+  sync_block();
+  auto out_row = [&](int r) {
     const int idx = row0 + r;
-    const int g = idx / a.Lq, l = idx % a.Lq, h = kvh * G + g;
-    const int64_t orow = ((int64_t)b * a.Hq + h) * a.Lq + l;
-    float L = 0.0f;
+    const int g = idx / a.Lq, l = idx % a.Lq;
+    return ((int64_t)b * a.Hq + kvh * G + g) * a.Lq + l;
+  };
+  for (int t = tid; t < rows_here * D; t += kDecodeBlock) {
+    const int r = t / D, e = t % D;
+    float M = neg_inf(), L = 0.0f, o = 0.0f;
+    for (int gi = 0; gi < NG; ++gi) M = fmaxf(M, sm_m[r][gi]);
 #pragma unroll
-    for (int si = 0; si < NSUB; ++si) L += sm_l[si];
-    for (int e = tid; e < D; e += kDecodeBlock) {
-      float o = 0.0f;
-#pragma unroll
-      for (int si = 0; si < NSUB; ++si) o += sm_buf[si][e];
-      if (a.n_splits > 1) {
-        a.part_o[((int64_t)split * rows_total + orow) * D + e] = o;
-      } else {
-        float Lf = L;
-        if (a.sink_kind != MLXA_SDPA_SINK_NONE) {
-          const float sk = sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride);
-          const float mn = fmaxf(M, sk);
-          const float fo = rescale(M, mn);
-          o *= fo;
-          Lf = L * fo + rescale(sk, mn);
-        }
-        ((T*)a.out)[orow * D + e] = cast<T>(o / Lf);
+    for (int si = 0; si < NSUB; ++si) {
+      L += sm_l[r][si];
+      o += sm_buf[r][si][e];
+    }
+    const int64_t orow = out_row(r);
+    if (a.n_splits > 1) {
+      a.part_o[((int64_t)split * rows_total + orow) * D + e] = o;
+      if (e == 0) {
+        a.part_ml[((int64_t)split * rows_total + orow) * 2] = M;
+        a.part_ml[((int64_t)split * rows_total + orow) * 2 + 1] = L;
       }
+    } else {
+      if (a.sink_kind != MLXA_SDPA_SINK_NONE) {
+        const int h = (int)((orow / a.Lq) % a.Hq);
+        const float sk = sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride);
+        const float mn = fmaxf(M, sk);
+        const float fo = rescale(M, mn);
+        o *= fo;
+        L = L * fo + rescale(sk, mn);
+      }
+      ((T*)a.out)[orow * D + e] = cast<T>(o / L);
     }
-    if (a.n_splits > 1 && tid == 0) {
-      a.part_ml[((int64_t)split * rows_total + orow) * 2] = M;
-      a.part_ml[((int64_t)split * rows_total + orow) * 2 + 1] = L;
-    }
-    sync_block();   // the buffers are reused by the next row
   }
-}
+  if (a.n_splits == 1) return;
 
-// One block per output row (b, h, l); threads over Dv.
-template <typename T>
-MLXA_DEVICE void combine(const SdpaCombineArgs& a) {
-  const int64_t row = (int64_t)blockIdx.x;
-  const int h = (int)((row / a.Lq) % a.Hq);
-  float M = neg_inf();
-  float sk = neg_inf();
-  if (a.sink_kind != MLXA_SDPA_SINK_NONE) {
-    sk = sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride);
-    M = sk;
-  }
-  for (int s = 0; s < a.n_splits; ++s) M = fmaxf(M, a.part_ml[((int64_t)s * a.rows + row) * 2]);
-  float L = a.sink_kind != MLXA_SDPA_SINK_NONE ? rescale(sk, M) : 0.0f;
-  for (int s = 0; s < a.n_splits; ++s) {
-    const float* ml = a.part_ml + ((int64_t)s * a.rows + row) * 2;
-    L += ml[1] * rescale(ml[0], M);
-  }
-  const float inv = 1.0f / L;
-  for (int e = (int)threadIdx.x; e < a.Dv; e += (int)blockDim.x) {
-    float o = 0.0f;
-    for (int s = 0; s < a.n_splits; ++s) {
-      const float w = rescale(a.part_ml[((int64_t)s * a.rows + row) * 2], M);
-      o = fmaf(a.part_o[((int64_t)s * a.rows + row) * a.Dv + e], w, o);
+  // ---- split-K: the last block of this row chunk to finish combines every split's
+  // partials (no second launch: its latency was most of a short-context decode). The
+  // counter lives in memory the runtime keeps zeroed; the last block sets it back to 0.
+  __shared__ unsigned int sm_last;
+  __threadfence();                 // this block's partials before its arrival is counted
+  sync_block();
+  unsigned int* counter = a.counters + ((int64_t)b * a.Hkv + kvh) * chunks + (int)blockIdx.x % chunks;
+  if (tid == 0) sm_last = atomicAdd(counter, 1u) == (unsigned int)a.n_splits - 1u;
+  sync_block();
+  if (!sm_last) return;
+  __threadfence();                 // the other blocks' partials, counted before, are visible
+  const int n = a.n_splits;
+  // a 32-lane subgroup per row: the rows' maxima and sums over the splits
+  if (sub < rows_here) {
+    const int64_t orow = out_row(sub);
+    const int h = (int)((orow / a.Lq) % a.Hq);
+    const float sk = a.sink_kind != MLXA_SDPA_SINK_NONE ? sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride)
+                                                        : neg_inf();
+    float M = sk;
+    for (int sp = sl; sp < n; sp += 32) M = fmaxf(M, a.part_ml[((int64_t)sp * rows_total + orow) * 2]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, shfl_xor(M, o, 32));
+    float L = 0.0f;
+    for (int sp = sl; sp < n; sp += 32) {
+      const float* ml = a.part_ml + ((int64_t)sp * rows_total + orow) * 2;
+      L = fmaf(ml[1], rescale(ml[0], M), L);
     }
-    ((T*)a.out)[row * a.Dv + e] = cast<T>(o * inv);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) L += shfl_xor(L, o, 32);
+    if (a.sink_kind != MLXA_SDPA_SINK_NONE) L += rescale(sk, M);
+    if (sl == 0) {
+      sm_m[sub][0] = M;
+      sm_m[sub][1] = L;
+    }
   }
+  sync_block();
+  for (int t = tid; t < rows_here * D; t += kDecodeBlock) {
+    const int r = t / D, e = t % D;
+    const int64_t orow = out_row(r);
+    const float M = sm_m[r][0], inv = 1.0f / sm_m[r][1];
+    float o = 0.0f;
+#pragma unroll 8
+    for (int sp = 0; sp < n; ++sp) {
+      const int64_t pr = (int64_t)sp * rows_total + orow;
+      o = fmaf(a.part_o[pr * D + e], rescale(a.part_ml[pr * 2], M), o);
+    }
+    ((T*)a.out)[orow * D + e] = cast<T>(o * inv);
+  }
+  if (tid == 0) *counter = 0u;     // ready for the next launch, queued after this one
 }
 
 struct MaxOp {
@@ -814,8 +891,6 @@ MLXA_DEVICE void scatter(const SdpaScatterArgs& a) {
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(SdpaFlashArgs a) {                        \
     mlxa::sdpa::flash_mma<T, D>(a);                                                        \
   }
-#define MLXA_SDPA_COMBINE(name, T)                                                        \
-  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(SdpaCombineArgs a) { mlxa::sdpa::combine<T>(a); }
 #define MLXA_SDPA_ROWS(name, T, W)                                                        \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(512) name(SdpaRowsArgs a) {                          \
     MLXA_WAVE_KERNEL_BODY(W, (mlxa::sdpa::rows<T, W>(a)))                                  \

@@ -72,12 +72,14 @@ def _single_args(single, in_ptrs, out_ptrs) -> bytes:
     return pack(*[(out_ptrs if o else in_ptrs)[k] + off for o, k, off in refs]) + tail
 
 
-def _resolve(ref, in_ptrs, out_ptrs, temps):
+def _resolve(ref, in_ptrs, out_ptrs, temps, zero):
     kind, i, off = ref
     if kind == "i":
         return in_ptrs[i] + off
     if kind == "o":
         return out_ptrs[i] + off
+    if kind == "z":
+        return zero + off
     return temps[i].data + off
 
 
@@ -165,6 +167,11 @@ class Evaluator:
         self._pending_base = 0
         self._events: list = []            # recycled completion events
         self.native = _NativeLauncher.for_driver(driver) if self.gpu else None
+        # the zeroed scratch of "z" references (plan.py): zeroed once, kept zero by its users
+        self.zero_base = driver.malloc(_plan.ZERO_BYTES)
+        driver.memset(self.zero_base, 0, _plan.ZERO_BYTES, self.stream)
+        if self.stream is not None:
+            driver.stream_synchronize(self.stream)
         self.replay = self.native is not None and os.environ.get("MLX_AMD_REPLAY", "1") != "0"
         self.programs: dict = {}           # fingerprint -> _Program
         self._seen: dict = {}              # fingerprint -> sightings before recording
@@ -452,6 +459,7 @@ class Evaluator:
             if seen >= 2:
                 self._seen.pop(fp, None)
                 prog = _bridge.Program(fp, len(g))
+                prog.zero_base = self.zero_base
             else:
                 if len(self._seen) > 1024:
                     self._seen.clear()
@@ -850,7 +858,8 @@ class Evaluator:
             return [("t", 0, offs[r[1]] + r[2]) if r[0] == "t" else (r[0], r[1], r[2]) for r in refs]
 
         def address(r):
-            base = in_ptrs[r[1]] if r[0] == "i" else out_ptrs[r[1]] if r[0] == "o" else arena + offs[r[1]]
+            base = in_ptrs[r[1]] if r[0] == "i" else out_ptrs[r[1]] if r[0] == "o" else \
+                self.zero_base if r[0] == "z" else arena + offs[r[1]]
             return base + r[2]
 
         def convert(steps, init_out):
@@ -919,13 +928,13 @@ class Evaluator:
                 if refs is None:
                     ptrs = tuple(in_ptrs[: st.n_ptrs - 1]) + (out_ptrs[0],)
                 else:
-                    ptrs = tuple(_resolve(r, in_ptrs, out_ptrs, temps) for r in refs)
+                    ptrs = tuple(_resolve(r, in_ptrs, out_ptrs, temps, self.zero_base) for r in refs)
                 _launch(st, self.modules, self.driver, ptrs, stream, self.native)
             elif type(st) is _Memset:
                 if st.nbytes:
-                    self.driver.memset(_resolve(st.ref, in_ptrs, out_ptrs, temps), st.value, st.nbytes, stream)
+                    self.driver.memset(_resolve(st.ref, in_ptrs, out_ptrs, temps, self.zero_base), st.value, st.nbytes, stream)
             else:
-                st.fn(tuple(_resolve(r, in_ptrs, out_ptrs, temps) for r in st.refs), stream, self)
+                st.fn(tuple(_resolve(r, in_ptrs, out_ptrs, temps, self.zero_base) for r in st.refs), stream, self)
 
     def _plan(self, fam, prim, params, in_sig, out_sig, sizes=None):
         """(plan or None, bytes per output) for a node signature; ``sizes``: (inputs,

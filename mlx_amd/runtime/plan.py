@@ -27,8 +27,11 @@ every family:
                   growing KV length) need not be planned again.
 
 A buffer reference ``Ref`` is ``(kind, index, byte_offset)`` with kind ``"i"`` (input),
-``"o"`` (output) or ``"t"`` (temporary). Input addresses already point at the input's
-element 0 (its array offset applied); outputs are fresh row-contiguous buffers.
+``"o"`` (output), ``"t"`` (temporary) or ``"z"`` (the runtime's zeroed scratch, index 0:
+``ZERO_BYTES`` that are zero whenever no step runs, for counters a kernel counts up and
+sets back to zero before it ends; a split-K's last-block-finishes count). Input addresses
+already point at the input's element 0 (its array offset applied); outputs are fresh
+row-contiguous buffers.
 """
 
 from __future__ import annotations
@@ -47,8 +50,11 @@ ITEMSIZE = {
 DTYPES = tuple(ITEMSIZE)
 
 
+ZERO_BYTES = 1 << 16   # the zeroed scratch every runtime keeps ("z" references)
+
+
 class Ref(NamedTuple):
-    kind: str        # "i", "o" or "t"
+    kind: str        # "i", "o", "t" or "z"
     index: int
     offset: int = 0  # bytes
 
@@ -63,6 +69,11 @@ def out(i: int = 0, offset: int = 0) -> Ref:
 
 def tmp(i: int, offset: int = 0) -> Ref:
     return Ref("t", i, offset)
+
+
+def zeroed(offset: int = 0) -> Ref:
+    """Bytes of the runtime's zeroed scratch; a step that changes them restores zeros."""
+    return Ref("z", 0, offset)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,6 +246,8 @@ def embed(sub: Optional[Plan], mapping: dict, temp_slot: Callable[[int, int], in
     def ref(r: Ref) -> Ref:
         if r.kind == "t":
             return tmp(temp_slot(r.index, sub.temps[r.index]), r.offset)
+        if r.kind == "z":
+            return r
         base = mapping[(r.kind, r.index)]
         return base._replace(offset=base.offset + r.offset)
 

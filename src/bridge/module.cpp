@@ -140,6 +140,8 @@ NB_MODULE(_bridge, m) {
       .def("__len__", &mlx_amd::Program::num_nodes)
       .def("buffer_sizes", &mlx_amd::Program::buffer_sizes)
       .def_prop_ro("arena_bytes", &mlx_amd::Program::arena_bytes)
+      .def_prop_rw("zero_base", &mlx_amd::Program::zero_base, &mlx_amd::Program::set_zero_base,
+                   "device address of the runtime's zeroed scratch, for 'z' references")
       .def("set_gpu", &mlx_amd::Program::set_gpu, "node"_a, "out_nbytes"_a,
            "donate"_a, "written"_a, "steps"_a, "temp_bytes"_a,
            "rebind"_a = nb::none())

@@ -189,7 +189,7 @@ void Program::set_gpu(int64_t n, nb::tuple out_nbytes, nb::list donate,
       PRef ref{k.empty() ? '?' : k[0], nb::cast<int32_t>(rt[1]), nb::cast<int64_t>(rt[2])};
       int32_t lim = ref.kind == 'i' ? static_cast<int32_t>(n_ins)
                   : ref.kind == 'o' ? static_cast<int32_t>(n_outs)
-                  : ref.kind == 't' ? INT32_MAX : -1;
+                  : ref.kind == 't' || ref.kind == 'z' ? INT32_MAX : -1;
       if (ref.index < 0 || ref.index >= lim) bad("set_gpu: bad buffer reference in node " + std::to_string(n));
       st.refs.push_back(ref);
     }
@@ -664,7 +664,8 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       if (st.init_out >= 0 && donated[st.init_out]) continue;
       ptrs.clear();
       for (auto& r : st.refs) {
-        uintptr_t base = r.kind == 'i' ? in_ptrs[r.index] : r.kind == 'o' ? out_ptrs[r.index] : arena;
+        uintptr_t base = r.kind == 'i' ? in_ptrs[r.index] : r.kind == 'o' ? out_ptrs[r.index]
+                       : r.kind == 'z' ? prog.zero_base() : arena;
         int64_t off = r.offset + (r.kind == 'o' && st.init_out < 0 ? shift : 0);
         ptrs.push_back(base + static_cast<uintptr_t>(off));
       }

@@ -21,7 +21,7 @@
 namespace mlx_amd {
 
 struct PRef {
-  char kind;       // 'i' input, 'o' output, 't' temporary (arena offset)
+  char kind;       // 'i' input, 'o' output, 't' temporary (arena offset), 'z' zeroed scratch
   int32_t index;
   int64_t offset;  // bytes
 };
@@ -101,6 +101,9 @@ class Program {
   // outputs that may need a fresh buffer, and their byte sizes
   nb::list buffer_sizes() const;
   size_t arena_bytes() const { return arena_; }
+  // the runtime's zeroed scratch ('z' references: counters a kernel leaves at zero)
+  uintptr_t zero_base() const { return zero_base_; }
+  void set_zero_base(uintptr_t p) { zero_base_ = p; }
   void set_gpu(int64_t n, nb::tuple out_nbytes, nb::list donate, nb::list written,
                nb::list steps, int64_t temp_bytes, nb::object rebind);
   // node n (recorded as GPU) also computes `siblings` (recorded as kind 3); before set_gpu
@@ -134,6 +137,7 @@ class Program {
   uint64_t fingerprint_;
   std::vector<PNode> nodes_;
   size_t arena_ = 0;
+  uintptr_t zero_base_ = 0;
   GraphState graph_;   // its launches as one CUDA/HIP graph (graphexec.h)
   std::unordered_map<uintptr_t, Leaf> leaves_;
 };

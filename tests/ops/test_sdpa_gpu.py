@@ -170,6 +170,31 @@ def test_decode_step_reuses_plan(gpu_runtime):
         run_case("bfloat16", q, k, v, m, s)
 
 
+def test_split_counters_return_to_zero(gpu_runtime):
+    """A split-K decode counts its blocks in the runtime's zeroed scratch and its last block
+    combines and sets the count back: after decodes of every split count (eager, then a
+    replayed token loop) the scratch is all zeros again, and each result matched MLX."""
+    import ctypes
+
+    from mlx_amd.runtime.plan import ZERO_BYTES
+
+    rt = gpu_runtime
+    ev = rt.evaluator
+    for lk in (40, 300, 4096, 20000):
+        q, k, v, m, s = make(1, 32, 8, 1, lk, 128, None, "bfloat16", None, lk % 2 == 0, None, True, seed=lk)
+        run_case("bfloat16", q, k, v, m, s)
+    fn = attention(1.0 / math.sqrt(128), None)
+    cache = mx.random.normal((1, 8, 512, 128), key=_key(40)).astype(mx.bfloat16)
+    for step in range(6):       # the same graph each step: recorded, then replayed natively
+        q = mx.random.normal((1, 32, 1, 128), key=_key(41 + step)).astype(mx.bfloat16)
+        kv = cache[:, :, : 300 + step]
+        mx.eval(fn(q, kv, kv))
+    ev.synchronize()
+    host = (ctypes.c_ubyte * ZERO_BYTES)()
+    rt.driver.memcpy_dtoh(ctypes.addressof(host), ev.zero_base, ZERO_BYTES)
+    assert not any(bytes(host)), "a split-K decode left its arrival counter set"
+
+
 def test_output_feeds_on(gpu_runtime):
     """The output is a normal array: later ops (a matmul) consume it on the GPU."""
     q, k, v, _, _ = make(1, 8, 2, 1, 500, 64, None, "float32", None, False, None, True, seed=30)

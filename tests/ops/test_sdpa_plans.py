@@ -11,7 +11,7 @@ from mlx_amd.runtime import kernel_table as kt
 from mlx_amd.runtime.driver.base import DeviceProperties
 from mlx_amd.runtime.launch import Launch
 from mlx_amd.runtime.ops import sdpa
-from mlx_amd.runtime.plan import HostCall, Layout, Memset, Node
+from mlx_amd.runtime.plan import ZERO_BYTES, HostCall, Layout, Memset, Node
 from cprobe import probe_output
 
 R = Layout.row_major
@@ -50,6 +50,8 @@ def check_refs(plan, n):
                 assert 0 <= r.index < len(n.ins), r
             elif r.kind == "o":
                 assert r.index == 0, r
+            elif r.kind == "z":
+                assert r.index == 0 and r.offset < ZERO_BYTES, r
             else:
                 assert r.kind == "t" and 0 <= r.index < len(plan.temps), r
             assert r.offset >= 0
@@ -78,13 +80,16 @@ def test_decode_plans(dt, shape, mode):
     assert (splits - 1) * kps < Lk <= splits * kps        # no empty split
     chunks = -(-(Hq // Hkv * Lq) // 4)
     assert p.steps[0].grid == (splits * chunks, Hkv, B)
+    assert len(kernels) == 1       # a split-K decode combines in its last block: one launch
+    counters = p.steps[0].refs[8]
     if splits > 1:
-        assert kernels[1] == f"sdpa_combine_{dt}" and p.steps[1].grid == (B * Hq * Lq, 1, 1)
+        # one arrival counter per (batch, kv head, row chunk), in the zeroed scratch
+        assert counters == ("z", 0, 0) and B * Hkv * chunks * 4 <= ZERO_BYTES
         cap = sdpa.decode_max_splits(sdpa.problem(n), props())   # room to rebind to any length
         assert splits <= cap <= sdpa.DECODE_MAX_SPLITS
         assert p.temps == (cap * B * Hq * Lq * D * 4, cap * B * Hq * Lq * 8)
     else:
-        assert len(kernels) == 1 and p.temps == ()
+        assert p.temps == () and counters.kind != "z"
 
 
 def test_decode_fills_the_device():
@@ -303,8 +308,8 @@ _PROBE = r"""
 #include "mlxa/sdpa_args.h"
 #define F(S, f) std::printf(#S "." #f " %zu\n", offsetof(S, f));
 int main() {
-  std::printf("SdpaDecodeArgs %zu\nSdpaCombineArgs %zu\nSdpaRowsArgs %zu\nSdpaScatterArgs %zu\n",
-              sizeof(SdpaDecodeArgs), sizeof(SdpaCombineArgs), sizeof(SdpaRowsArgs), sizeof(SdpaScatterArgs));
+  std::printf("SdpaDecodeArgs %zu\nSdpaRowsArgs %zu\nSdpaScatterArgs %zu\n",
+              sizeof(SdpaDecodeArgs), sizeof(SdpaRowsArgs), sizeof(SdpaScatterArgs));
   std::printf("SdpaFlashArgs %zu\n", sizeof(SdpaFlashArgs));
   F(SdpaFlashArgs, q_strides) F(SdpaFlashArgs, v_strides) F(SdpaFlashArgs, mask_strides)
   F(SdpaFlashArgs, sink_stride) F(SdpaFlashArgs, B) F(SdpaFlashArgs, q_tiles) F(SdpaFlashArgs, causal)
@@ -312,7 +317,7 @@ int main() {
   F(SdpaDecodeArgs, q_strides) F(SdpaDecodeArgs, k_strides) F(SdpaDecodeArgs, mask_strides)
   F(SdpaDecodeArgs, sink_stride) F(SdpaDecodeArgs, B) F(SdpaDecodeArgs, Lk) F(SdpaDecodeArgs, n_splits)
   F(SdpaDecodeArgs, causal) F(SdpaDecodeArgs, scale_log2)
-  F(SdpaCombineArgs, sink_stride) F(SdpaCombineArgs, rows) F(SdpaCombineArgs, sink_kind)
+  F(SdpaDecodeArgs, counters)
   F(SdpaRowsArgs, ld) F(SdpaRowsArgs, rows) F(SdpaRowsArgs, n) F(SdpaRowsArgs, causal)
   F(SdpaScatterArgs, total) F(SdpaScatterArgs, c) F(SdpaScatterArgs, l0)
   std::printf("kinds %d %d %d %d %d %d\n", MLXA_SDPA_MASK_BOOL, MLXA_SDPA_MASK_ADD_T, MLXA_SDPA_MASK_ADD_F32,
@@ -330,7 +335,8 @@ def test_args_match_c(tmp_path):
     for name, size in sdpa.ARG_SIZES.items():
         assert c[name] == size, name
     assert c["kinds"] == (sdpa.MASK_BOOL, sdpa.MASK_ADD_T, sdpa.MASK_ADD_F32, sdpa.SINK_NONE, sdpa.SINK_T, sdpa.SINK_F32)
-    blob = bytes(64) + sdpa.decode_tail((1, 2, 3, 4), (5, 6, 7), (8, 9, 10), (11, 12, 13, 14), 15, 16, 17, 18, 19,
+    assert c["SdpaDecodeArgs.counters"] == 64   # the 9th of the leading pointers
+    blob = bytes(72) + sdpa.decode_tail((1, 2, 3, 4), (5, 6, 7), (8, 9, 10), (11, 12, 13, 14), 15, 16, 17, 18, 19,
                                         20, 21, 22, 23, 24, True, 0.5)
     assert len(blob) == c["SdpaDecodeArgs"]
     assert struct.unpack_from("<4q", blob, c["SdpaDecodeArgs.q_strides"]) == (1, 2, 3, 4)
@@ -342,10 +348,6 @@ def test_args_match_c(tmp_path):
     assert struct.unpack_from("<i", blob, c["SdpaDecodeArgs.n_splits"])[0] == 22
     assert struct.unpack_from("<i", blob, c["SdpaDecodeArgs.causal"])[0] == 1
     assert struct.unpack_from("<f", blob, c["SdpaDecodeArgs.scale_log2"])[0] == 0.5
-    blob = bytes(32) + sdpa.combine_tail(3, 4, 5, 6, 7, 8, 2)
-    assert struct.unpack_from("<q", blob, c["SdpaCombineArgs.sink_stride"])[0] == 3
-    assert struct.unpack_from("<i", blob, c["SdpaCombineArgs.rows"])[0] == 4
-    assert struct.unpack_from("<i", blob, c["SdpaCombineArgs.sink_kind"])[0] == 2
     blob = bytes(24) + sdpa.rows_tail(9, (1, 2, 3, 4), 5, 6, 7, 8, 10, 11, 12, 13, 14, 1, 2, True)
     assert len(blob) == c["SdpaRowsArgs"]
     assert struct.unpack_from("<q", blob, c["SdpaRowsArgs.ld"])[0] == 9
@@ -403,8 +405,9 @@ def test_decode_rebinds_to_every_longer_kv_length(shape, cus):
     # another plan (each rebind equal to a fresh plan's steps)
     B, Hq, Hkv, Lq, D = shape
     dev = props(cus=cus)
-    base = sdpa.plan_node(node(B, Hq, Hkv, Lq, 70, D, cap=8192), dev)
-    assert len(base.steps) == 2
+    n70 = node(B, Hq, Hkv, Lq, 70, D, cap=8192)
+    base = sdpa.plan_node(n70, dev)
+    assert len(base.steps) == 1 and sdpa.decode_splits(sdpa.problem(n70), dev)[0] > 1
     seen = set()
     for Lk in range(70, 8192, 7):
         n = node(B, Hq, Hkv, Lq, Lk, D, cap=8192)

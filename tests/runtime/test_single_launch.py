@@ -120,7 +120,7 @@ def test_single_launch_arguments_follow_refs_and_offsets():
     single = E.Evaluator._single(Ev(), plan, 3)
     assert single is not None and single[6] is not None
     ins, outs = (1 << 40, 2 << 40, 3 << 40), (5 << 40, 6 << 40)
-    want = st.args(tuple(E._resolve(r, ins, outs, ()) for r in refs))
+    want = st.args(tuple(E._resolve(r, ins, outs, (), 0) for r in refs))
     assert E._single_args(single, ins, outs) == want
     default = Launch("fam", "k", (1, 1, 1), (64, 1, 1), 0, 4, tail=b"\x01" * 4)
     s2 = E.Evaluator._single(Ev(), P.Plan((default,)), 3)

@@ -20,7 +20,8 @@ extern "C" {
 // Decode: grid (splits x row chunks, Hkv, B), row chunks fastest. q (B, Hq, Lq, D)
 // and out (B, Hq, Lq, D) rows are (head, query) pairs; k, v (B, Hkv, Lk, D) are read
 // through their strides (unit last stride). With n_splits > 1 each block writes its
-// unnormalised partial (acc, max, sum) and sdpa_combine finishes; else it writes out.
+// unnormalised partial (acc, max, sum) and the last of a row chunk's splits to arrive
+// combines them into out; else each block writes out.
 struct SdpaDecodeArgs {
   const void* q;
   const void* k;
@@ -30,6 +31,7 @@ struct SdpaDecodeArgs {
   void* out;
   float* part_o;         // (n_splits, B*Hq*Lq, D) float32, when n_splits > 1
   float* part_ml;        // (n_splits, B*Hq*Lq, 2) float32: running max (log2 domain), sum
+  unsigned int* counters;  // (B, Hkv, row chunks) arrivals, zero before and after a launch
   int64_t q_strides[4];  // b, h, l, d (elements)
   int64_t k_strides[3];  // b, h, s
   int64_t v_strides[3];  // b, h, s
@@ -44,21 +46,6 @@ struct SdpaDecodeArgs {
   int32_t causal;
   float scale_log2;      // scale * log2(e): folded into q
   int32_t pad0;
-};
-
-// Combine the n_splits partials of each (b, h, l) row into out (row-contiguous, Dv wide).
-struct SdpaCombineArgs {
-  const float* part_o;
-  const float* part_ml;
-  const void* sinks;
-  void* out;
-  int64_t sink_stride;
-  int32_t rows;          // B * Hq * Lq
-  int32_t n_splits;
-  int32_t Dv;
-  int32_t Hq;
-  int32_t Lq;
-  int32_t sink_kind;
 };
 
 // Prefill softmax over one chunk of scores, in place: S holds rows (b, kv head, query

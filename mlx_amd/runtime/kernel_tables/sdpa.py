@@ -3,7 +3,6 @@ kernel_table.py (standard library only).
 
 Names:
   sdpa_decode_d<D>_r<R>_<dtype>   decode, head dim D (= value dim), R query rows per block
-  sdpa_combine_<dtype>            split-K combine of the decode partials
   sdpa_flash_d<D>_<dtype>         flash prefill, head dim D (= value dim), tiles flash_config
   sdpa_flash_mma_d<D>_<dtype>     flash prefill on the matrix unit (mlxa/mma.h), 16-bit dtypes
   sdpa_rows_<dtype>_w<W>          prefill softmax of a score chunk, in place
@@ -63,10 +62,6 @@ def flash_mma_block(backend):
     return MMA_WAVES * (64 if backend == "mfma" else 32)
 
 
-def combine(dtype):
-    return f"sdpa_combine_{dtype}"
-
-
 def rows(dtype, wave):
     return f"sdpa_rows_{dtype}_w{int(wave)}"
 
@@ -81,7 +76,6 @@ def entries(kt):
         for d in HEAD_DIMS:
             for r in ROWS:
                 yield decode(dt, d, r), f"MLXA_SDPA_DECODE({decode(dt, d, r)}, {ct}, {d}, {r})"
-        yield combine(dt), f"MLXA_SDPA_COMBINE({combine(dt)}, {ct})"
         for d in HEAD_DIMS:
             cfg = flash_config(dt, d)
             if cfg:

@@ -11,8 +11,10 @@ additive mask is added to the scaled scores; a sink is one more logit per query 
 Four paths, tried in this order:
 * decode (Lq <= 8, D == Dv in HEAD_DIMS, K/V rows in 16-byte vectors): our kernel, one
   read of K and V for all query heads of a group, split over the keys so that the GPU is
-  full (splits from Lk and the device's CU count), a small combine kernel after. K/V
-  are read through their strides (a KV cache is a slice of a larger buffer).
+  full (splits from Lk and the device's CU count); the last block of a row chunk's splits
+  to finish combines them (a counter in the runtime's zeroed scratch: plan.zeroed), so a
+  decode is one launch. K/V are read through their strides (a KV cache is a slice of a
+  larger buffer).
 * flash prefill on the matrix unit (float16/bfloat16, D == Dv in 64/80/96/128, unit last
   strides, a device whose mlxa/mma.h backend passed its first-use self-test against the
   twin: runtime/matrix_units.py): one launch, 64 query rows per block in four waves, K/V
@@ -50,7 +52,7 @@ import struct
 from .. import kernel_table as kt
 from .. import matrix_units
 from ..launch import Launch
-from ..plan import Layout, Memset, Node, Plan, Ref, compute_units, embed, inp, out, tmp, wave_width
+from ..plan import ZERO_BYTES, Layout, Memset, Node, Plan, Ref, compute_units, embed, inp, out, tmp, wave_width, zeroed
 from . import copy as copy_family
 from . import matmul as matmul_family
 
@@ -79,12 +81,11 @@ MASK_NONE, MASK_BOOL, MASK_ADD_T, MASK_ADD_F32 = 0, 1, 2, 3
 SINK_NONE, SINK_T, SINK_F32 = 0, 1, 2
 
 # ---- argument structs (sdpa_args.h) -----------------------------------------------
-_DECODE = struct.Struct("<4q3q3q4qq10if i".replace(" ", ""))   # after the 8 pointers
-_COMBINE = struct.Struct("<q6i")                                 # after the 4 pointers
+_DECODE = struct.Struct("<4q3q3q4qq10if i".replace(" ", ""))   # after the 9 pointers
 _ROWS = struct.Struct("<q4qqq10i")                               # after the 3 pointers
 _SCATTER = struct.Struct("<q6i")                                 # after the 2 pointers
 _FLASH = struct.Struct("<3q3q3q4qq9if")                          # after the 6 pointers
-ARG_SIZES = {"SdpaDecodeArgs": 64 + _DECODE.size, "SdpaCombineArgs": 32 + _COMBINE.size,
+ARG_SIZES = {"SdpaDecodeArgs": 72 + _DECODE.size,
              "SdpaRowsArgs": 24 + _ROWS.size, "SdpaScatterArgs": 16 + _SCATTER.size,
              "SdpaFlashArgs": 48 + _FLASH.size}
 FLASH_BLOCK = 256          # mlxa::sdpa::kFlashBlock
@@ -97,10 +98,6 @@ def decode_tail(q_strides, k_strides, v_strides, mask_strides, sink_stride, B, H
     return _DECODE.pack(*q_strides, *k_strides, *v_strides, *mask_strides, sink_stride, B, Hq, Hkv,
                         Lq, Lk, keys_per_split, n_splits, mask_kind, sink_kind, int(causal),
                         scale_log2, 0)
-
-
-def combine_tail(sink_stride, rows, n_splits, dv, Hq, Lq, sink_kind) -> bytes:
-    return _COMBINE.pack(sink_stride, rows, n_splits, dv, Hq, Lq, sink_kind)
 
 
 def rows_tail(ld, mask_strides, sink_stride, rows, n, G, c, Hkv, l0, Lq, Lk, mask_kind, sink_kind,
@@ -247,6 +244,8 @@ def decode_splits(p: Problem, device, Lk: int = None) -> tuple:
     base = p.B * p.Hkv * chunks
     target = compute_units(device) * DECODE_BLOCKS_PER_CU
     splits = max(1, min(-(-target // base), Lk // DECODE_MIN_KEYS, DECODE_MAX_SPLITS))
+    if base * 4 > ZERO_BYTES:   # a split count per row chunk in the zeroed scratch (never on
+        splits = 1              # a real device: more chunks than the fill target need none)
     kps = -(-Lk // splits)
     return -(-Lk // kps), kps
 
@@ -283,18 +282,14 @@ def plan_decode(node, p: Problem, device) -> Plan | None:
         # fill target bounds cap * rows (1.1 MB of partials for llama-8b on the H200)
         cap = max(splits, decode_max_splits(p, device))
         temps = (cap * rows * p.D * 4, cap * rows * 2 * 4)
-        po, pml = tmp(0), tmp(1)
+        po, pml, cnt = tmp(0), tmp(1), zeroed(0)
     else:
-        po, pml = out(0), out(0)
+        po, pml, cnt = out(0), out(0), out(0)
     tail = decode_tail(q.strides, k.strides[:3], v.strides[:3], p.mask_strides, p.sink_stride, p.B,
                        p.Hq, p.Hkv, p.Lq, p.Lk, kps, splits, p.mask_kind, p.sink_kind, p.causal,
                        p.scale * math.log2(math.e))
-    steps.append(Launch(FAMILY, name, (splits * chunks, p.Hkv, p.B), (DECODE_BLOCK, 1, 1), 0, 8, tail,
-                        (inp(0), inp(1), inp(2), mask_ref, sink_ref, out(0), po, pml)))
-    if splits > 1:
-        steps.append(Launch(FAMILY, t.combine(p.dt), (rows, 1, 1), (128, 1, 1), 0, 4,
-                            combine_tail(p.sink_stride, rows, splits, p.D, p.Hq, p.Lq, p.sink_kind),
-                            (tmp(0), tmp(1), sink_ref, out(0))))
+    steps.append(Launch(FAMILY, name, (splits * chunks, p.Hkv, p.B), (DECODE_BLOCK, 1, 1), 0, 9, tail,
+                        (inp(0), inp(1), inp(2), mask_ref, sink_ref, out(0), po, pml, cnt)))
     return Plan(tuple(steps), temps=temps, rebind=DecodeRebind(p, node.ins, device, splits, cap))
 
 
@@ -331,14 +326,10 @@ class DecodeRebind:
         if (splits > 1) != (self.splits > 1) or splits > self.cap:
             return None
         chunks = -(-(p.G * p.Lq) // DECODE_ROWS)
-        rows = p.B * p.Hq * p.Lq
         tail = decode_tail(q.strides, k.strides[:3], v.strides[:3], p.mask_strides, p.sink_stride, p.B,
                            p.Hq, p.Hkv, p.Lq, Lk, kps, splits, p.mask_kind, p.sink_kind, p.causal,
                            p.scale * math.log2(math.e))
-        out_ = [((splits * chunks, p.Hkv, p.B), tail)]
-        if splits > 1:
-            out_.append(((rows, 1, 1), combine_tail(p.sink_stride, rows, splits, p.D, p.Hq, p.Lq, p.sink_kind)))
-        return out_
+        return [((splits * chunks, p.Hkv, p.B), tail)]
 
 
 # ---- flash prefill ------------------------------------------------------------------------
