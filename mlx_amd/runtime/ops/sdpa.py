@@ -65,7 +65,8 @@ HEAD_DIMS = (64, 80, 96, 128, 256)
 DECODE_MAX_LQ = 8
 DECODE_ROWS = 4            # query rows per decode block (the kernels' R)
 DECODE_BLOCK = 256         # mlxa::sdpa::kDecodeBlock
-DECODE_BLOCKS_PER_CU = 4   # splits fill about this many blocks per CU
+DECODE_BLOCKS_PER_CU = 2   # splits fill about this many blocks per CU: 2 (what 128 registers a
+                           # thread keep resident) beat 1, 3, 4, 6 at 4k and 32k keys on the H200
 DECODE_MIN_KEYS = 32       # keys per split at least (fewer: the combine costs more than it saves;
                            # 128 left a 140-key llama-8b cache to 8 blocks: decode_defaults-h200.txt)
 DECODE_MAX_SPLITS = 1024
