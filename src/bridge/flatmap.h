@@ -37,7 +37,8 @@ class FlatMap {
   void reserve(size_t n) {
     if (2 * n > keys_.size()) grow(n);
   }
-  // Empty, for about n keys, keeping the storage when it fits (not over 16x too big):
+  // Empty, for about n keys, keeping the storage when it fits (at most 16x the 2n slots
+  // the keys need):
   // a table reused across evaluations frees no large block (see Scratch).
   void reset(size_t n) {
     if (keys_.empty() || 2 * n > keys_.size() || keys_.size() > 32 * (n < 16 ? 16 : n)) {

@@ -12,7 +12,7 @@ Four paths, tried in this order:
 * decode (Lq <= 8, D == Dv in HEAD_DIMS, K/V rows in 16-byte vectors): our kernel, one
   read of K and V for all query heads of a group, split over the keys so that the GPU is
   full (splits from Lk and the device's CU count); the last block of a row chunk's splits
-  to finish combines them (a counter in the runtime's zeroed scratch: plan.zeroed), so a
+  to finish combines them (a counter in the runtime's zeroed scratch, plan.zeroed()), so a
   decode is one launch. K/V are read through their strides (a KV cache is a slice of a
   larger buffer).
 * flash prefill on the matrix unit (float16/bfloat16, D == Dv in 64/80/96/128, unit last
