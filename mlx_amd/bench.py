@@ -17,10 +17,12 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import statistics
 import struct
 import sys
 import time
+from typing import Optional
 
 import mlx.core as mx
 
@@ -196,8 +198,11 @@ class Bench:
         rt = "-" if ratio is None else f"{ratio:.2f}"
         print(f"  {name:44s} {value:10.4g} {unit:8s} vs {reference} {rv} -> {rt}")
 
-    def write(self, out_dir: str, device_tag: str = "h200") -> str:
+    def write(self, out_dir: str, device_tag: Optional[str] = None) -> str:
+        """Write ``<out_dir>/<name>-<tag>.json``; the tag names the card that ran (h200, h100,
+        mi300x, ...), so a result of another card never lands under the test machine's name."""
         os.makedirs(out_dir, exist_ok=True)
+        device_tag = device_tag or device_tag_of(self.props.name)
         path = os.path.join(out_dir, f"{self.name}-{device_tag}.json")
         doc = {"benchmark": self.name, "device": self.props.name,
                "command": " ".join(["python"] + [os.path.relpath(sys.argv[0])] + sys.argv[1:]),
@@ -205,6 +210,12 @@ class Bench:
         with open(path, "w") as f:
             json.dump(doc, f, indent=1)
         return path
+
+
+def device_tag_of(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100', 'AMD Radeon RX 7900 XTX' -> '7900'; none -> 'gpu'."""
+    m = re.search(r"\b([A-Z]{0,3}\d{3,4}[A-Z]*)\b", name or "")
+    return m.group(1).lower() if m else "gpu"
 
 
 # ---------------------------------------------------------------- the standard LLM set

@@ -52,3 +52,14 @@ def test_llm_compare_rounds_take_the_median_of_round_medians(tmp_path):
     (tmp_path / mod.part_name("mlx-cuda")).write_text(json.dumps({"models": {"llama-1b bf16": m}}))
     assert mod.load_rounds(str(tmp_path), "mlx-cuda")["llama-1b bf16"]["rounds"] == [400.0]
     assert mod.load_rounds(str(tmp_path / "none"), "ours") == {}
+
+
+def test_result_files_are_named_after_the_card_that_ran():
+    """A benchmark run on a lent H100 must not land in a file named for the H200."""
+    from mlx_amd.bench import device_tag_of
+
+    assert device_tag_of("NVIDIA H100 80GB HBM3") == "h100"
+    assert device_tag_of("NVIDIA H200") == "h200"
+    assert device_tag_of("AMD Instinct MI300X") == "mi300x"
+    assert device_tag_of("AMD Radeon RX 7900 XTX") == "7900"
+    assert device_tag_of("host (no-op kernels)") == "gpu"
