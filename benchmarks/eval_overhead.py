@@ -10,6 +10,8 @@ half Broadcast views of fresh scalar constants; kernel time negligible), evaluat
   * first sighting: a graph structure not seen before (node plans may be cached);
   * steady state with the multiplier's value new each evaluation: every multiply kernel gets
     another constant address (graph-node updates on CUDA);
+  * steady state with eager launches (no CUDA/HIP graph: HIP's default), per launched node
+    against the driver's own launch cost (the same kernel launched from a native loop);
 next to MLX's own CPU evaluation of the same graph. Rows: microseconds per graph node.
 """
 
@@ -54,6 +56,34 @@ def time_eval(n, evaluate, reps, fresh=False, moving=False):
     return statistics.median(ts), nodes
 
 
+def _gpu_nodes(ev, run) -> int:
+    """GPU nodes (kernel launches here: one a chain op) that ``run`` evaluates."""
+    count = lambda: sum(c["gpu"] for c in ev.stats.by_prim.values())  # noqa: E731
+    before = count()
+    run()
+    return count() - before
+
+
+def _driver_launch(ev, count) -> float:
+    """Seconds per launch of the chain's multiply kernel, ``count`` times from a native loop
+    on the evaluator's stream: what the driver itself costs, nothing of ours around it."""
+    from mlx_amd.runtime.evaluator import _single_args
+
+    single = next(e[2] for sig, e in ev.plans.items()
+                  if sig[0] == "Multiply" and e[2] is not None)
+    pool = ev.residency.device_pool
+    bufs = [pool.alloc(256) for _ in range(3)]
+    try:
+        args = _single_args(single, [bufs[0].data, bufs[1].data], [bufs[2].data])
+        ev.native.time_launches(single[0], single[1], single[2], args, single[3], ev.stream, 64)
+        t = ev.native.time_launches(single[0], single[1], single[2], args, single[3], ev.stream, count)
+        ev.driver.stream_synchronize(ev.stream)
+        return t
+    finally:
+        for buf in bufs:
+            pool.free(buf)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/results")
@@ -70,6 +100,15 @@ def main():
             off, _ = time_eval(n, mx.eval, reps)
         finally:
             ev.replay = saved
+        # eager replays (kernel by kernel from the native loop: HIP's default) against the
+        # driver's own launch cost, timed in a native loop of the chain's own multiply kernel
+        launches = _gpu_nodes(ev, lambda: mx.eval(chain(mx.array(np.ones(16, np.float32)), n)))
+        ev.graphs, graphs = False, ev.graphs
+        try:
+            eager, _ = time_eval(n, mx.eval, reps)
+        finally:
+            ev.graphs = graphs
+        driver_launch = _driver_launch(ev, launches)
         first, _ = time_eval(n, mx.eval, reps, fresh=True)
         moving, _ = time_eval(n, mx.eval, reps, moving=True)
         ref, _ = time_eval(n, mlx_eval, reps)
@@ -88,6 +127,15 @@ def main():
               "same graphs, replay off (node-by-node path), same run", us(off), higher_is_better=False)
         b.row(f"eval overhead {nodes} nodes steady vs MLX CPU eval", us(ours), "us/node",
               "MLX 0.32.4 CPU evaluation of the same graph", us(ref), higher_is_better=False)
+        per_launch = eager / launches * 1e6
+        print(f"  eager replay: {us(eager):.2f} us/node, {per_launch:.2f} us per launched node "
+              f"({launches} launches), the driver's own launch {driver_launch * 1e6:.2f} us: "
+              f"ours {per_launch - driver_launch * 1e6:.2f} us per launch above it")
+        b.row(f"eval overhead {nodes} nodes steady, eager launches (no graph)", us(eager), "us/node",
+              "the same with the replay as one CUDA/HIP graph, same run", us(ours), higher_is_better=False)
+        b.row(f"eager replay {nodes} nodes, host time per launched node", per_launch, "us/launch",
+              "the driver's own launch cost (the same kernel launched in a native loop), same run",
+              driver_launch * 1e6, higher_is_better=False)
         b.row(f"eval overhead {nodes} nodes first sighting", us(first), "us/node",
               "MLX 0.32.4 CPU evaluation of the same graph", us(ref), higher_is_better=False)
         b.row(f"graph walk {nodes} nodes", us(walk), "us/node", "MLX 0.32.4 CPU evaluation", us(ref),

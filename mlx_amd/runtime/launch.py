@@ -83,6 +83,20 @@ class NativeLauncher:
         if status:
             self.driver.launch_failed(status, fn, grid, block, args, shared_mem, stream)
 
+    def time_launches(self, fn, grid, block, args, shared_mem, stream, count) -> float:
+        """Seconds per launch of ``count`` identical launches from a native loop: the driver's
+        own cost of a launch, with nothing of ours around it (the reference of the eager
+        replay's per-node cost in benchmarks/eval_overhead.py)."""
+        from . import bridge
+
+        self.driver.ensure_bound()
+        status, seconds = bridge.launch_repeat(
+            self._entry, self._end, fn.value, grid[0], grid[1], grid[2], block[0], block[1],
+            block[2], shared_mem, stream.value if stream is not None else 0, args, count)
+        if status:
+            self.driver.launch_failed(status, fn, grid, block, args, shared_mem, stream)
+        return seconds / count
+
     @classmethod
     def for_driver(cls, driver):
         """A native launcher, or None where the driver has no launch entry (the host driver)

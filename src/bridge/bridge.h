@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nanobind/nanobind.h>
@@ -100,6 +101,11 @@ int native_launch(uintptr_t entry, intptr_t param_end, uintptr_t function,
                   unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                   unsigned bz, unsigned shared_mem, uintptr_t stream,
                   const nb::bytes& args);
+// The same launch `count` times back to back (stops at a failure): (status, seconds).
+std::pair<int, double> launch_repeat(uintptr_t entry, intptr_t param_end, uintptr_t function,
+                                     unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                     unsigned by, unsigned bz, unsigned shared_mem,
+                                     uintptr_t stream, const nb::bytes& args, int64_t count);
 
 // ---------------------------------------------------------------- private access
 // Use count of array::array_desc_ (private). Reached through the standard

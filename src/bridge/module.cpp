@@ -67,6 +67,11 @@ NB_MODULE(_bridge, m) {
         "gx"_a, "gy"_a, "gz"_a, "bx"_a, "by"_a, "bz"_a, "shared_mem"_a, "stream"_a,
         "args"_a,
         "Launch a kernel through the driver entry point at `entry`; returns its status.");
+  m.def("launch_repeat", &mlx_amd::launch_repeat, "entry"_a, "param_end"_a, "function"_a,
+        "gx"_a, "gy"_a, "gz"_a, "bx"_a, "by"_a, "bz"_a, "shared_mem"_a, "stream"_a,
+        "args"_a, "count"_a,
+        "The same launch `count` times from native code: (status, seconds), the driver's "
+        "own cost of a launch.");
 
   mlx_amd::register_fast(m);
   mlx_amd::register_pool(m);

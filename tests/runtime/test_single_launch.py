@@ -213,3 +213,27 @@ def test_freed_tokens_are_routed_through_a_plain_list_of_live_owners():
         assert owners.live() == [a] and len(owners._refs) == 1
     finally:
         E._OWNERS = saved
+
+
+def test_launch_repeat_issues_count_launches_and_stops_at_a_failure():
+    """bridge.launch_repeat (the driver-cost reference of benchmarks/eval_overhead.py) calls
+    the entry point exactly `count` times, and stops at the first failing status."""
+    from profile_engine import _null_native
+
+    from mlx_amd.runtime import bridge
+
+    native = _null_native()
+    if native is None:
+        pytest.fail("no C compiler for the null launch entry")
+    before = native.launches
+    status, seconds = bridge.launch_repeat(native._entry, 0, 1, 1, 1, 1, 32, 1, 1, 0, 0,
+                                           b"\0" * 16, 1000)
+    assert status == 0 and seconds >= 0
+    assert native.launches - before == 1000
+
+    fail = ctypes.CFUNCTYPE(ctypes.c_int, *([ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3))
+    calls = []
+    entry = fail(lambda *a: calls.append(1) or (700 if len(calls) == 3 else 0))
+    status, _ = bridge.launch_repeat(ctypes.cast(entry, ctypes.c_void_p).value, 0, 1, 1, 1, 1, 32, 1, 1,
+                                     0, 0, b"", 10)
+    assert status == 700 and len(calls) == 3
