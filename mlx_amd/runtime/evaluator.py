@@ -408,8 +408,7 @@ class Evaluator:
         if self._pending_keys:
             self._wait_keys(keys)
         if download:
-            for k in keys:
-                res.ensure_host(k, self.stream)
+            res.ensure_host(keys, self.stream)
 
     def flush(self):
         """Everything host-valid: queued work done, every stale host copy written back."""
@@ -988,9 +987,7 @@ class Evaluator:
         infos = [g.info(s) for s in ins]
         if self._pending_keys:   # host copies an asynchronous evaluation has not landed yet
             self._wait_keys([inf[0] for inf in infos if inf is not None])
-        for inf in infos:
-            if inf is not None and inf[9] != -1:
-                res.ensure_host(inf[0], self.stream)
+        res.ensure_host([inf[0] for inf in infos if inf is not None and inf[9] != -1], self.stream)
         g.eval_cpu(node)
         for s in outs:
             inf = g.info(s)

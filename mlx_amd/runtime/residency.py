@@ -332,14 +332,19 @@ class Residency:
         self._dirty.discard(rec.key)
         return n
 
-    def ensure_host(self, key: int, stream=None) -> int:
-        """Make the host copy valid (used before MLX's CPU code reads it); returns bytes copied.
-        Waits for the stream whenever the device wrote the buffer, even in unified mode."""
-        rec = self._recs.get(key)
-        if rec is None or rec.lo >= rec.hi:
-            return 0
-        n = self._download(rec, stream)
-        self.driver.stream_synchronize(stream)
+    def ensure_host(self, keys: Iterable[int], stream=None) -> int:
+        """Make the host copies of ``keys`` valid (used before MLX's CPU code reads them);
+        returns bytes copied. The copies are queued together and waited for once (a CPU
+        fallback node with several device-made inputs syncs once, not per input); waits
+        whenever the device wrote a buffer, even in unified mode."""
+        n, copied, recs = 0, False, self._recs
+        for key in keys:
+            rec = recs.get(key)
+            if rec is not None and rec.lo < rec.hi:
+                n += self._download(rec, stream)
+                copied = True
+        if copied:
+            self.driver.stream_synchronize(stream)
         return n
 
     def writeback(self, keys_alive: Optional[Iterable[int]] = None, stream=None,

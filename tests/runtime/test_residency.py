@@ -106,14 +106,29 @@ def test_written_range_is_copied_back_exactly(res, drv):
     res.written(token, (100, 300))        # a kernel wrote these bytes
     res.written(token, (1000, 1100))      # and these: one hull [100, 1100)
     syncs = drv.counters["stream_synchronize"]
-    assert res.ensure_host(token) == 1000
+    assert res.ensure_host([token]) == 1000
     assert drv.counters["memcpy_dtoh_bytes"] == 1000
     assert drv.counters["stream_synchronize"] == syncs + 1
     h = view(host, 4096)
     assert (h[100:1100] == 1).all() and (h[:100] == 7).all() and (h[1100:] == 7).all()
-    assert res.ensure_host(token) == 0    # now valid: nothing more to copy
+    assert res.ensure_host([token]) == 0    # now valid: nothing more to copy
     s = res.stats()
     assert (s["writebacks"], s["writeback_bytes"]) == (1, 1000)
+
+
+def test_many_stale_buffers_are_copied_with_one_wait(res, drv):
+    """A CPU fallback node reading three device-made inputs queues three copies and waits
+    once; buffers already valid on the host cost no wait at all."""
+    bufs = [res.new_buffer(256) for _ in range(4)]
+    for token, _, dev in bufs[:3]:
+        drv.memset(dev, 3, 256)
+        res.written(token)
+    syncs = drv.counters["stream_synchronize"]
+    assert res.ensure_host([t for t, _, _ in bufs]) == 3 * 256
+    assert drv.counters["stream_synchronize"] == syncs + 1
+    assert all((view(host, 256) == 3).all() for _, host, _ in bufs[:3])
+    assert res.ensure_host([t for t, _, _ in bufs]) == 0
+    assert drv.counters["stream_synchronize"] == syncs + 1
 
 
 def test_writeback_only_alive_and_only_stale(res, drv):
@@ -238,7 +253,7 @@ def test_bad_calls_are_clear_errors(res):
     with pytest.raises(ValueError, match="null host data pointer"):
         res.device_ptr(0x5000, 0, 16)
     res.written(t, (5, 5))                # empty range: nothing stale
-    assert res.ensure_host(t) == 0
+    assert res.ensure_host([t]) == 0
 
 
 def test_new_buffer_oom_leaves_nothing_behind():
@@ -271,7 +286,7 @@ def test_unified_never_copies_ours(uni, drv):
     view(dev, 4096)[:] = 3                # a kernel's write is the host's data
     uni.written(token, (0, 100))
     syncs = drv.counters["stream_synchronize"]
-    assert uni.ensure_host(token) == 0
+    assert uni.ensure_host([token]) == 0
     assert drv.counters["stream_synchronize"] == syncs + 1   # still waits for the kernels
     uni.written(token)
     assert uni.writeback([token]) == 0
@@ -338,7 +353,7 @@ def test_residency_sequence_on_gpu(gpu, mode):
     assert (view(host, n) == a).all()
     d.memset(dev + 4096, 0x5A, 8192, s)
     r.written(token, (4096, 4096 + 8192))
-    assert r.ensure_host(token, s) == (0 if mode == "unified" else 8192)
+    assert r.ensure_host([token], s) == (0 if mode == "unified" else 8192)
     h = view(host, n)
     assert (h[4096:12288] == 0x5A).all() and (h[:4096] == a[:4096]).all() and (h[12288:] == a[12288:]).all()
 
