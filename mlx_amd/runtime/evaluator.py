@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import functools
 import ctypes
 import gc
 import math
@@ -463,6 +464,8 @@ class Evaluator:
                 if len(self._seen) > 1024:
                     self._seen.clear()
                 self._seen[fp] = seen
+        if self.native is not None:
+            self.driver.ensure_bound()   # direct launches (Evaluator._single) skip the check
         metas = g.arrays
         saved = self._leaf_consts, self._sibs   # (an evaluation inside a CPU fallback's callback)
         self._leaf_consts = self._small_consts(g) if self.gpu else None
@@ -611,8 +614,7 @@ class Evaluator:
                 # buffers before an address can come back under a new array.
                 self._reap()
                 return ()
-        g.finish(i)
-        freed = _bridge.drain_freed()
+        freed = g.finish(i, True)
         if freed:
             _route_freed(freed)
         return fresh if fresh is not True else ()
@@ -816,9 +818,15 @@ class Evaluator:
             self._record(prog, i, plan, out_nbytes, in_ptrs, out_ptrs)
         if single is not None and self.native is not None:
             # one kernel on the node's own buffers (most nodes): what run_plan would do,
-            # without its per-step dispatch (first sightings run this per node)
-            self.native(single[0], single[1], single[2], _single_args(single, in_ptrs, out_ptrs),
-                        single[3], stream)
+            # without its per-step dispatch (first sightings run this per node); bound to
+            # the launcher it was made for (a test may put another in its place)
+            args = _single_args(single, in_ptrs, out_ptrs)
+            if single[7] is self.native and single[8] is not None:
+                status = single[8](args)
+                if status:
+                    self.driver.launch_failed(status, single[0], single[1], single[2], args, single[3], stream)
+            else:
+                self.native(single[0], single[1], single[2], args, single[3], stream)
         else:
             self.run_plan(plan, in_ptrs, out_ptrs, donated)
         fresh = []
@@ -962,10 +970,11 @@ class Evaluator:
         return plan, nbytes, self._single(plan, len(ins))
 
     def _single(self, plan, n_ins):
-        """(function, grid, block, shared_mem, pointer packer, tail, refs) when ``plan`` is
-        one non-empty kernel launch on the node's own buffers (no temporaries, no init
-        steps); refs: None for the inputs in order then the first output, else
-        ((is_output, index, byte offset), ...). Else None."""
+        """(function, grid, block, shared_mem, pointer packer, tail, refs, launcher, direct)
+        when ``plan`` is one non-empty kernel launch on the node's own buffers (no
+        temporaries, no init steps); refs: None for the inputs in order then the first
+        output, else ((is_output, index, byte offset), ...); direct(args) -> status: the
+        launch through ``launcher``'s entry point. Else None."""
         if plan is None or plan.temps or plan.init or len(plan.steps) != 1:
             return None
         st = plan.steps[0]
@@ -980,7 +989,14 @@ class Evaluator:
         elif st.n_ptrs != n_ins + 1:
             return None
         fn = st.function if st.function is not None else self.modules.function(st.family, st.kernel)
-        return fn, st.grid, st.block, st.shared_mem, _pointers(st.n_ptrs).pack, st.tail, refs
+        # the launch with everything but its argument bytes bound: one native call a node
+        # (the native launcher's Python method and thread check cost ~0.3 us a launch)
+        native, direct = self.native, None
+        if native is not None and getattr(native, "_entry", None):
+            stream = self.stream.value if self.stream is not None else 0
+            direct = functools.partial(_bridge.launch, native._entry, native._end, fn.value or 0,
+                                       *st.grid, *st.block, st.shared_mem, stream or 0)
+        return fn, st.grid, st.block, st.shared_mem, _pointers(st.n_ptrs).pack, st.tail, refs, native, direct
 
     def _fallback(self, g, node, ins, outs):
         res = self.residency

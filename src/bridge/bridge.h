@@ -36,6 +36,8 @@ mx::allocator::Data make_foreign_data(uintptr_t host_ptr, size_t nbytes,
 // Token of a buffer we attached, or -1 (keyed by Buffer::ptr()).
 int64_t token_of(const mx::allocator::Buffer& b);
 std::vector<int64_t> drain_freed();
+// Whether drain_freed() has anything to return (one atomic load).
+bool any_freed();
 std::pair<int64_t, int64_t> live_buffers();
 
 // Weak watch on MLX-allocated Data; expired() reports each dead key once.

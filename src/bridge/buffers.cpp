@@ -81,6 +81,8 @@ int64_t token_of(const mx::allocator::Buffer& b) {
   return it == r.ours.end() ? -1 : it->second;
 }
 
+bool any_freed() { return reg().nfreed.load(std::memory_order_acquire) != 0; }
+
 std::vector<int64_t> drain_freed() {
   auto& r = reg();
   std::vector<int64_t> got;

@@ -99,7 +99,16 @@ NB_MODULE(_bridge, m) {
       .def("share", &Graph::share, "out_slot"_a, "in_slot"_a)
       .def("donatable", &Graph::donatable, "slot"_a)
       .def("eval_cpu", &Graph::eval_cpu, "node"_a)
-      .def("finish", &Graph::finish, "node"_a)
+      .def(
+          "finish",
+          [](Graph& g, int64_t n, bool drain) -> nb::object {
+            g.finish(n);
+            // the evaluator's per-node pair (finish, then drain_freed) in one call
+            if (drain && mlx_amd::any_freed()) return nb::cast(mlx_amd::drain_freed());
+            return nb::none();
+          },
+          "node"_a, "drain"_a = false,
+          "Mark node n computed; with drain, also return drain_freed()'s tokens (None: none)")
       .def("watch", &Graph::watch, "slot"_a)
       .def("release", &Graph::release)
       .def("__len__", &Graph::num_nodes)

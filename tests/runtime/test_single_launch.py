@@ -45,9 +45,36 @@ def _program(x, w, idx):
     return [c, g.sum(), m, mx.sqrt(mx.abs(m)) * 2.0, v, n, a]
 
 
-def _launches(fast):
+_LAUNCH_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *([ctypes.c_uint] * 7),
+                              ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
+
+
+class _EntryRecorder:
+    """A native launcher whose driver entry point is a C-callable recorder: the fast path's
+    direct launches (bridge.launch on `_entry`) and the launcher's own calls land in one list."""
+
+    def __init__(self, rec):
+        self.rec, self.entry_calls = rec, 0
+
+        def entry(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+            n = ctypes.cast(extra[3], ctypes.POINTER(ctypes.c_size_t))[0]
+            blob = ctypes.string_at(extra[1], n)
+            rec.append((f or 0, (gx, gy, gz), (bx, by, bz), smem, blob))
+            self.entry_calls += 1
+            return 0
+
+        self._cb = _LAUNCH_FN(entry)
+        self._entry = ctypes.cast(self._cb, ctypes.c_void_p).value
+        self._end = 0
+
+    def __call__(self, fn, grid, block, args, shared_mem, stream):
+        self.rec.append((fn.value or 0, tuple(grid), tuple(block), shared_mem, bytes(args)))
+
+
+def _launches(fast, direct=False):
     """The launches of one evaluation of _program in a fresh null runtime (fresh pools, so
-    both modes see the same addresses), with or without the fast path."""
+    both modes see the same addresses), with or without the fast path; ``direct``: through
+    a launcher with an entry point, so the fast path launches natively (Evaluator._single)."""
     from profile_engine import make_runtime
 
     rt, _ = make_runtime()
@@ -72,10 +99,12 @@ def _launches(fast):
         rec.append((fn.value, tuple(grid), tuple(block), shared_mem, bytes(args)))
         return real(fn, grid, block, args, shared_mem, stream)
 
-    ev.native = native
+    ev.native = _EntryRecorder(rec) if direct else native
     outs = _program(x, w, idx)
     ev.eval(outs)
-    return rec, [t[-1] is not None for t in taken if t is not None]
+    if direct:
+        assert ev.native.entry_calls >= 12, "the fast path did not launch through the entry point"
+    return rec, [t[6] is not None for t in taken if t is not None]   # explicit refs
 
 
 def test_single_launch_fast_path_issues_the_generic_launches():
@@ -91,6 +120,22 @@ def test_single_launch_fast_path_issues_the_generic_launches():
     assert sum(taken) >= 3, "no launch with explicit refs (gemv, norms, rope) took it"
     assert len(fast) == len(generic) > 10
     assert _normalized(fast) == _normalized(generic)
+
+
+def test_direct_launches_issue_the_generic_launches():
+    """The fast path's launches through the entry point itself (no launcher call per node)
+    carry the same kernels, grids, blocks, shared memory and argument bytes."""
+    from mlx_amd.runtime import context
+
+    saved = context._runtime
+    try:
+        direct, taken = _launches(True, direct=True)
+        generic, _ = _launches(False)
+    finally:
+        context._runtime = saved
+    assert len(taken) >= 12
+    assert len(direct) == len(generic) > 10
+    assert _normalized(direct) == _normalized(generic)
 
 
 def _normalized(rec):
@@ -113,6 +158,7 @@ def test_single_launch_arguments_follow_refs_and_offsets():
 
     class Ev:
         modules = _Named()
+        native = stream = None
 
     refs = (P.Ref("o", 1, 64), P.Ref("i", 0, 0), P.Ref("i", 2, 4096), P.Ref("o", 0, 8), P.Ref("i", 0, 256))
     st = Launch("fam", "k", (3, 1, 1), (128, 1, 1), 512, 5, tail=b"\x07" * 12, refs=refs)
