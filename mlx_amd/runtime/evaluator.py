@@ -40,7 +40,6 @@ from .ops import VIEW_PRIMITIVES, dispatch_table, pair_table, sibling_table  # n
 from .plan import ITEMSIZE as _ITEMSIZE
 from .plan import Layout
 from .plan import Memset as _Memset
-from .residency import small_const
 
 
 
@@ -437,11 +436,11 @@ class Evaluator:
         recs = res._recs
         # (the bridge's walk over its slots: leaves with data only, no per-slot info tuple;
         # the small MLX-owned constants whose bytes the cache holds stay native: leaf_hits)
-        for _, key, host, nbytes, token, ndim, size in g.leaves(None, res.consts):
-            if token != -1 or key in seen or key in recs or not small_const(ndim, size, nbytes):
+        for _, key, host, nbytes, token, ndim, size, cbytes in g.leaves(None, res.consts):
+            if not cbytes or key in seen or key in recs:
                 continue
             seen.add(key)
-            items.append((key, host, nbytes))
+            items.append((key, host, cbytes))
         hits = g.leaf_hits()
         if items:
             hits.update(zip([k for k, _, _ in items], res.upload_consts(items, self.stream)))
@@ -647,7 +646,7 @@ class Evaluator:
         # one pass; a resident, current leaf costs one lookup (and is cached for the next
         # replay), a small constant whose value has a device copy costs nothing here (the
         # bridge found it in res.consts), the rest are uploaded below
-        for slot, key, host, nbytes, token, ndim, size in g.leaves(prog, res.consts):
+        for slot, key, host, nbytes, token, ndim, size, cbytes in g.leaves(prog, res.consts):
             if key in leaf_dev:
                 continue
             rec = recs.get(key)
@@ -657,9 +656,9 @@ class Evaluator:
                     cache.append((key, host, nbytes, rec.dev_ptr))
                     continue
             elif token == -1:
-                if small_const(ndim, size, nbytes):
+                if cbytes:   # a small constant: by value, its addressed bytes (replay.cpp)
                     leaf_dev[key] = None
-                    small.append((key, host, nbytes))
+                    small.append((key, host, cbytes))
                     continue
                 g.watch(slot)  # MLX-owned: the bridge tells us when its host buffer dies
             leaf_dev[key] = None

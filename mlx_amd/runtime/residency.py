@@ -102,11 +102,6 @@ def resolve_mode(props, mode: Optional[str] = None) -> str:
     return mode
 
 
-def small_const(ndim: int, size: int, nbytes: int) -> bool:
-    """A leaf the constant cache takes by value (the bridge's ConstCache::small, same limits)."""
-    return ndim <= 1 and size <= _bridge.ConstCache.MAX_ELEMENTS and 0 < nbytes <= _bridge.ConstCache.MAX_BYTES
-
-
 class Residency:
     def __init__(self, driver, props, mode: Optional[str] = None):
         self.driver = driver
@@ -394,9 +389,10 @@ class Residency:
         self.device_pool.free(rec.dev)
 
     def upload_consts(self, items, stream) -> list:
-        """Device addresses for small MLX-owned constants [(key, host_data_ptr, nbytes)],
-        ``small_const`` ones: each distinct value is copied once into a constant slab (one
-        copy for the batch) and registered in ``consts``, where the next replay finds it.
+        """Device addresses for small MLX-owned constants [(key, host_data_ptr, nbytes)]
+        (``Graph.leaves`` says which leaves are such and how many of their bytes count):
+        each distinct value is copied once into a constant slab (one copy for the batch)
+        and registered in ``consts``, where the next replay finds it.
         No records: the device copy belongs to the value, not to MLX's buffer (kernels
         never write MLX's buffers, so its host bytes stay the truth)."""
         values = [ctypes.string_at(hp, n) for _, hp, n in items]

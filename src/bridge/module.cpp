@@ -121,7 +121,8 @@ NB_MODULE(_bridge, m) {
            "(kind 0 Python, 1 view, 2 GPU, 3 sibling: computed by an earlier GPU node); "
            "before finish()")
       .def("leaves", &Graph::leaves, "program"_a.none() = nb::none(), "consts"_a.none() = nb::none(),
-           "[(slot, key, host_ptr, buffer_nbytes, token, ndim, size)] per leaf with data; "
+           "[(slot, key, host_ptr, buffer_nbytes, token, ndim, size, const_nbytes)] per leaf "
+           "with data (const_nbytes: the bytes a small MLX-owned constant is cached by, else 0); "
            "with a program, only the leaves its leaf cache does not hold, and with a "
            "ConstCache only the small MLX-owned constants whose bytes it lacks (replay() "
            "adds the others' device addresses)")

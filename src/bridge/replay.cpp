@@ -259,8 +259,22 @@ void Graph::record(Program& prog, int64_t n, int kind) {
   pn.out_nbytes.assign(node.outputs.size(), 0);
 }
 
+// The bytes a small constant's kernels can read: its buffer from the start to the end of the
+// elements it addresses. Not buffer_size(): MLX's allocator hands out reused blocks larger
+// than asked, and their slack bytes made equal values look different to the cache (a fresh
+// scalar of each decode step uploaded again whenever it landed in another block).
+static size_t addressed_bytes(const mx::array& a, size_t buffer_bytes) {
+  int64_t hi = 0;
+  for (size_t i = 0; i < a.ndim(); ++i) {
+    int64_t d = (static_cast<int64_t>(a.shape(i)) - 1) * a.strides()[i];
+    if (d > 0) hi += d;
+  }
+  int64_t end = a.offset() + (hi + 1) * static_cast<int64_t>(a.itemsize());
+  return end > 0 && static_cast<size_t>(end) < buffer_bytes ? static_cast<size_t>(end) : buffer_bytes;
+}
+
 nb::list Graph::leaves(Program* prog, ConstCache* consts) {
-  // (slot, key, host data pointer, buffer bytes, token, ndim, size) per leaf
+  // (slot, key, host data pointer, buffer bytes, token, ndim, size, constant bytes) per leaf
   nb::list out;
   cached_dev_.clear();
   for (size_t s = 0; s < slots_.size(); ++s) {
@@ -280,14 +294,22 @@ nb::list Graph::leaves(Program* prog, ConstCache* consts) {
     }
     int64_t token = token_of(buf);
     // a small MLX-owned constant (its host bytes are the truth: kernels never write
-    // MLX's buffers) whose value has a device copy already
-    if (consts != nullptr && token == -1 && ConstCache::small(a.ndim(), a.size(), nbytes)) {
-      if (const uintptr_t* d = consts->find(reinterpret_cast<const char*>(host), nbytes)) {
-        cached_dev_.emplace_back(key, *d);
-        continue;
+    // MLX's buffers) whose value has a device copy already; cbytes: the bytes the cache
+    // keys it by (what Python uploads if it is new), 0 when it is no such constant
+    size_t cbytes = 0;
+    if (token == -1 && a.ndim() <= 1 && a.size() <= ConstCache::kMaxElements) {
+      size_t span = addressed_bytes(a, nbytes);
+      if (ConstCache::small(a.ndim(), a.size(), span)) {
+        cbytes = span;
+        if (consts != nullptr) {
+          if (const uintptr_t* d = consts->find(reinterpret_cast<const char*>(host), cbytes)) {
+            cached_dev_.emplace_back(key, *d);
+            continue;
+          }
+        }
       }
     }
-    out.append(nb::make_tuple(s, key, host, nbytes, token, a.ndim(), a.size()));
+    out.append(nb::make_tuple(s, key, host, nbytes, token, a.ndim(), a.size(), cbytes));
   }
   return out;
 }
