@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import warnings
 
 import mlx.core as mx
@@ -28,8 +29,16 @@ def _flatten(tree, out):
     # anything else (None, numbers, modules' non-array leaves) is ignored, like mx.eval
 
 
-def eval(*args) -> None:
+def _mlx(name: str):
+    """MLX's own mx.<name> (ours is in its place while enabled). The replacements hand
+    arguments they do not take to it, so MLX's binding raises its own error, word for word."""
+    return _state["saved"].get("mx." + name) or getattr(mx, name)
+
+
+def eval(*args, **kwargs) -> None:
     """Evaluate arrays (and trees of arrays) on the GPU; like ``mx.eval``."""
+    if kwargs:
+        return _mlx("eval")(*args, **kwargs)
     arrays: list = []
     _flatten(args, arrays)
     from .runtime.context import get_runtime
@@ -41,9 +50,11 @@ def eval(*args) -> None:
         ev.raise_deferred()
 
 
-def async_eval(*args) -> None:
+def async_eval(*args, **kwargs) -> None:
     """Like ``mx.async_eval``: queues the work and returns; an array becomes readable when
     its work is done (every read path waits for exactly the work that produced it)."""
+    if kwargs:
+        return _mlx("async_eval")(*args, **kwargs)
     arrays: list = []
     _flatten(args, arrays)
     if arrays:
@@ -52,12 +63,23 @@ def async_eval(*args) -> None:
         get_runtime().evaluator.eval(arrays, async_=True)
 
 
-def synchronize(*_args) -> None:
+_STREAM_TYPES = tuple(getattr(mx, n) for n in ("Stream", "ThreadLocalStream", "Device", "DeviceType")
+                      if hasattr(mx, n))
+
+
+def synchronize(*args, **kwargs) -> None:
+    """Our queued work done, then MLX's own synchronize with the same arguments (its streams,
+    its errors: an argument it does not take raises there, before we wait for anything)."""
+    given = list(args) + list(kwargs.values())
+    if len(given) > 1 or set(kwargs) - {"stream"} or not all(g is None or isinstance(g, _STREAM_TYPES)
+                                                            for g in given):
+        return _mlx("synchronize")(*args, **kwargs)
     from .runtime.context import current
 
     rt = current()
     if rt is not None:
         rt.evaluator.synchronize()
+    return _mlx("synchronize")(*args, **kwargs)
 
 
 def _read(*args) -> None:
@@ -202,23 +224,51 @@ def _pool():
     return get_runtime().residency.device_pool
 
 
-def get_active_memory() -> int: return _pool().get_active_memory()
-def get_peak_memory() -> int: return _pool().get_peak_memory()
-def reset_peak_memory() -> None: _pool().reset_peak_memory()
-def get_cache_memory() -> int: return _pool().get_cache_memory()
-def get_memory_limit() -> int: return _pool().get_memory_limit()
-def set_memory_limit(limit: int) -> int: return _pool().set_memory_limit(limit)
-def set_cache_limit(limit: int) -> int: return _pool().set_cache_limit(limit)
-def clear_cache() -> None: _pool().clear_cache()
+def _no_args(name, method):
+    """mx.<name>() on the pool; with arguments, MLX's own function raises its own error."""
+    def fn(*args, **kwargs):
+        if args or kwargs:
+            return _mlx(name)(*args, **kwargs)
+        return getattr(_pool(), method)()
+
+    fn.__name__ = fn.__qualname__ = name
+    return fn
 
 
-def set_wired_limit(limit: int) -> int:
-    """Accepted for compatibility (wiring is a Metal notion); returns the previous value."""
+def _limit(name, set_limit):
+    """mx.<name>(limit): a non-negative int as MLX's binding takes it (a bool or anything with
+    __index__ too); anything else goes to MLX's own function, which raises its own error."""
+    def fn(*args, **kwargs):
+        if len(args) + len(kwargs) == 1 and set(kwargs) <= {"limit"}:
+            value = args[0] if args else kwargs["limit"]
+            try:
+                value = operator.index(value)
+            except TypeError:
+                value = -1
+            if value >= 0:
+                return set_limit(value)
+        return _mlx(name)(*args, **kwargs)
+
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+def _set_wired(limit: int) -> int:
+    # accepted for compatibility (wiring is a Metal notion); returns the previous value
     prev = _state.setdefault("wired_limit", 0)
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-        raise ValueError(f"[set_wired_limit] limit must be a non-negative int, got {limit!r}")
     _state["wired_limit"] = limit
     return prev
+
+
+get_active_memory = _no_args("get_active_memory", "get_active_memory")
+get_peak_memory = _no_args("get_peak_memory", "get_peak_memory")
+reset_peak_memory = _no_args("reset_peak_memory", "reset_peak_memory")
+get_cache_memory = _no_args("get_cache_memory", "get_cache_memory")
+get_memory_limit = _no_args("get_memory_limit", "get_memory_limit")
+clear_cache = _no_args("clear_cache", "clear_cache")
+set_memory_limit = _limit("set_memory_limit", lambda v: _pool().set_memory_limit(v))
+set_cache_limit = _limit("set_cache_limit", lambda v: _pool().set_cache_limit(v))
+set_wired_limit = _limit("set_wired_limit", _set_wired)
 
 
 def _wrap_save(name):
@@ -226,13 +276,53 @@ def _wrap_save(name):
     first (on the GPU, waiting for any queued work) so MLX finds them ready."""
     original = getattr(mx, name)
 
-    def save(file, *args, **kwargs):
+    def save(*args, **kwargs):
         _read(args, kwargs)
-        return original(file, *args, **kwargs)
+        return original(*args, **kwargs)
 
     save.__name__ = save.__qualname__ = name
     save.__doc__ = original.__doc__
     return save
+
+
+def _wrap_export(name):
+    """mx.export_function / mx.exporter trace with MLX's own mx.fast functions: the file must
+    load and run in plain MLX, which cannot evaluate our fused nodes (fastops.exporting)."""
+    original = getattr(mx, name)
+
+    def export(*args, **kwargs):
+        from . import fastops
+
+        with fastops.exporting():
+            made = original(*args, **kwargs)
+        return made if made is None else _TracingExporter(made)
+
+    export.__name__ = export.__qualname__ = name
+    export.__doc__ = original.__doc__
+    return export
+
+
+class _TracingExporter:
+    """mx.exporter's object: each call traces, so each call exports MLX's own fast ops."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __call__(self, *args, **kwargs):
+        from . import fastops
+
+        with fastops.exporting():
+            return self._inner(*args, **kwargs)
+
+    def __enter__(self):
+        self._inner.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._inner.__exit__(*exc)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
 
 
 # mx.<name> -> ours while enabled
@@ -245,6 +335,7 @@ _MX_FUNCTIONS = {
     "set_wired_limit": set_wired_limit,
     **{n: _wrap_save(n) for n in ("save", "savez", "savez_compressed", "save_safetensors",
                                   "save_gguf") if hasattr(mx, n)},
+    **{n: _wrap_export(n) for n in ("export_function", "exporter") if hasattr(mx, n)},
 }
 
 

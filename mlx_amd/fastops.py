@@ -4,7 +4,9 @@ primitive each (``mlx_amd::RMSNorm``, ``LayerNorm``, ``RoPE``, ``SDPA``; see
 MLX's CPU fallback of those nodes computes MLX's own decomposition.
 
 Calls we do not route (an explicit ``stream=``, ``force_fused=True``, arguments the
-bridge does not take, such as numpy arrays) go to MLX's own function unchanged.
+bridge does not take, such as numpy arrays, wrong arguments) go to MLX's own function with
+the caller's arguments unchanged, so its results and errors are MLX's; so do calls while a
+function is exported (``mx.export_function``/``mx.exporter``).
 """
 
 from __future__ import annotations
@@ -29,48 +31,92 @@ def _b():
     return _bridge
 
 
-def rms_norm(x, weight, eps, *, stream=None):
-    if stream is None:
+# Each public function takes the caller's arguments as given and tries our primitive; any
+# TypeError on the way (wrong arguments, an explicit stream=, numpy inputs the bridge does not
+# take) hands the very same arguments to MLX's own function, so what MLX accepts, computes or
+# raises (type and message) is unchanged. While a function is being exported, MLX's own
+# functions run: an exported file must load in plain MLX, which cannot evaluate our nodes.
+_exporting = [0]
+
+
+def rms_norm(*args, **kwargs):
+    if not _exporting[0]:
         try:
-            return _b().fast_rms_norm(x, weight, eps)
+            return _rms_norm(*args, **kwargs)
         except TypeError:
             pass
-    return original("rms_norm")(x, weight, eps, stream=stream)
+    return original("rms_norm")(*args, **kwargs)
 
 
-def layer_norm(x, weight, bias, eps, *, stream=None):
-    if stream is None:
+def _rms_norm(x, weight, eps, *, stream=None):
+    if stream is not None:
+        raise TypeError("an explicit stream: MLX's own function")
+    return _b().fast_rms_norm(x, weight, eps)
+
+
+def layer_norm(*args, **kwargs):
+    if not _exporting[0]:
         try:
-            return _b().fast_layer_norm(x, weight, bias, eps)
+            return _layer_norm(*args, **kwargs)
         except TypeError:
             pass
-    return original("layer_norm")(x, weight, bias, eps, stream=stream)
+    return original("layer_norm")(*args, **kwargs)
 
 
-def rope(a, dims, *, traditional, base, scale, offset, freqs=None, stream=None):
-    if stream is None:
+def _layer_norm(x, weight, bias, eps, *, stream=None):
+    if stream is not None:
+        raise TypeError("an explicit stream: MLX's own function")
+    return _b().fast_layer_norm(x, weight, bias, eps)
+
+
+def rope(*args, **kwargs):
+    if not _exporting[0]:
         try:
-            return _b().fast_rope(a, dims, traditional, base, scale, offset, freqs)
+            return _rope(*args, **kwargs)
         except TypeError:
             pass
-    return original("rope")(a, dims, traditional=traditional, base=base, scale=scale,
-                             offset=offset, freqs=freqs, stream=stream)
+    return original("rope")(*args, **kwargs)
 
 
-def scaled_dot_product_attention(q, k, v, *, scale, mask=None, sinks=None, force_fused=False,
-                                 stream=None):
+def _rope(a, dims, *, traditional, base, scale, offset, freqs=None, stream=None):
+    if stream is not None:
+        raise TypeError("an explicit stream: MLX's own function")
+    return _b().fast_rope(a, dims, traditional, base, scale, offset, freqs)
+
+
+def scaled_dot_product_attention(*args, **kwargs):
+    if not _exporting[0]:
+        try:
+            return _sdpa(*args, **kwargs)
+        except TypeError:
+            pass
+    return original("scaled_dot_product_attention")(*args, **kwargs)
+
+
+def _sdpa(q, k, v, *, scale, mask=None, sinks=None, force_fused=False, stream=None):
     # a mask string other than "causal": MLX's own function raises its own error
-    if stream is None and not force_fused and (not isinstance(mask, str) or mask == "causal"):
-        if mask is None or isinstance(mask, str):
-            mode, arr = (mask or ""), None
-        else:
-            mode, arr = "array", mask
+    if stream is not None or force_fused or (isinstance(mask, str) and mask != "causal"):
+        raise TypeError("not ours: MLX's own function")
+    if mask is None or isinstance(mask, str):
+        mode, arr = (mask or ""), None
+    else:
+        mode, arr = "array", mask
+    return _b().fast_sdpa(q, k, v, scale, mode, arr, sinks)
+
+
+def exporting():
+    """Context manager: MLX's own mx.fast functions inside (api's export_function/exporter)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def guard():
+        _exporting[0] += 1
         try:
-            return _b().fast_sdpa(q, k, v, scale, mode, arr, sinks)
-        except TypeError:
-            pass
-    return original("scaled_dot_product_attention")(q, k, v, scale=scale, mask=mask, sinks=sinks,
-                                                     force_fused=force_fused, stream=stream)
+            yield
+        finally:
+            _exporting[0] -= 1
+
+    return guard()
 
 
 _OURS = {"rms_norm": rms_norm, "layer_norm": layer_norm, "rope": rope,
