@@ -650,3 +650,10 @@ def test_small_constants_are_cached_by_the_bytes_they_address(null_runtime, monk
     assert 8 in uploads and 64 not in uploads, asked
     assert uploads.count(8) == 1, "the same two floats were uploaded again"
     assert res.consts.find(np.array([2.0, 3.0], np.float32).tobytes()) is not None
+    # a view at an offset: the bytes before it belong to the copy (kernels add the offset)
+    asked.clear()
+    big = mx.array(np.arange(16, dtype=np.float32))
+    mid = big[3:5]
+    mx.eval(mid)
+    ev.eval([(x[:2] * mid).sum()])
+    assert [n for batch in asked for _, _, n in batch] == [20], asked   # 12 bytes before + 8
