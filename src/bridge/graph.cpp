@@ -86,7 +86,7 @@ std::vector<Graph::Node>& Graph::spare_nodes() {
 }
 template <class T>
 static void recycle_take(std::vector<T>& mine, std::vector<T>& spare) {
-  if (mine.capacity() < spare.capacity()) mine.swap(spare);
+  mine.swap(spare);   // mine is a new, empty vector: take the spare's storage
 }
 template <class T>
 static void recycle_give(std::vector<T>& mine, std::vector<T>& spare) {

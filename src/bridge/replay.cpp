@@ -189,7 +189,8 @@ void Program::set_gpu(int64_t n, nb::tuple out_nbytes, nb::list donate,
       PRef ref{k.empty() ? '?' : k[0], nb::cast<int32_t>(rt[1]), nb::cast<int64_t>(rt[2])};
       int32_t lim = ref.kind == 'i' ? static_cast<int32_t>(n_ins)
                   : ref.kind == 'o' ? static_cast<int32_t>(n_outs)
-                  : ref.kind == 't' || ref.kind == 'z' ? INT32_MAX : -1;
+                  : ref.kind == 't' ? INT32_MAX
+                  : ref.kind == 'z' ? 1 : -1;   // one zeroed scratch: index 0
       if (ref.index < 0 || ref.index >= lim) bad("set_gpu: bad buffer reference in node " + std::to_string(n));
       st.refs.push_back(ref);
     }

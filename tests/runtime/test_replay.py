@@ -67,6 +67,8 @@ def test_set_gpu_checks_its_steps():
         p.set_gpu(n, (16, 16), [], [], [], 0)
     with pytest.raises(ValueError, match="bad buffer reference"):
         p.set_gpu(n, (16,), [], [], [("L", 1, (1, 1, 1), (32, 1, 1), 0, [("i", 3, 0)], b"", -1)], 0)
+    with pytest.raises(ValueError, match="bad buffer reference"):   # one zeroed scratch: 'z' 0
+        p.set_gpu(n, (16,), [], [], [("L", 1, (1, 1, 1), (32, 1, 1), 0, [("z", 1, 0)], b"", -1)], 0)
     with pytest.raises(ValueError, match="step kind"):
         p.set_gpu(n, (16,), [], [], [("X", 1, [], -1)], 0)
     p.set_gpu(n, (16,), [], [], [("L", 1, (1, 1, 1), (32, 1, 1), 0, [("i", 0, 0), ("o", 0, 0)], b"", -1)], 512)
