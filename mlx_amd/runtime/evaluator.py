@@ -73,6 +73,7 @@ def _single_args(single, in_ptrs, out_ptrs) -> bytes:
 
 
 def _resolve(ref, in_ptrs, out_ptrs, temps, zero):
+    """A plan reference's address; ``temps``: the temporaries' base addresses."""
     kind, i, off = ref
     if kind == "i":
         return in_ptrs[i] + off
@@ -80,7 +81,7 @@ def _resolve(ref, in_ptrs, out_ptrs, temps, zero):
         return out_ptrs[i] + off
     if kind == "z":
         return zero + off
-    return temps[i].data + off
+    return temps[i] + off
 
 
 _GRAPH_EXIT = [False]   # graph_api_shutdown registered with atexit
@@ -863,10 +864,10 @@ class Evaluator:
         def refs_of(refs):
             return [("t", 0, offs[r[1]] + r[2]) if r[0] == "t" else (r[0], r[1], r[2]) for r in refs]
 
+        bases = [arena + o for o in offs]
+
         def address(r):
-            base = in_ptrs[r[1]] if r[0] == "i" else out_ptrs[r[1]] if r[0] == "o" else \
-                self.zero_base if r[0] == "z" else arena + offs[r[1]]
-            return base + r[2]
+            return _resolve(r, in_ptrs, out_ptrs, bases, self.zero_base)
 
         def convert(steps, init_out):
             out = []
@@ -914,17 +915,18 @@ class Evaluator:
         steps, ``init`` steps for every output not in ``donated`` (per output: took over its
         input's buffer)."""
         temps = [self.residency.device_pool.alloc(n) for n in plan.temps] if plan.temps else ()
+        bases = [t.data for t in temps]
         try:
             for j, steps in plan.init:
                 if not (donated and donated[j]):
-                    self._steps(steps, in_ptrs, out_ptrs, temps)
-            self._steps(plan.steps, in_ptrs, out_ptrs, temps)
+                    self._steps(steps, in_ptrs, out_ptrs, bases)
+            self._steps(plan.steps, in_ptrs, out_ptrs, bases)
         finally:
             # stream order: whatever reuses a temporary is queued after these steps
             for t in temps:
                 self.residency.device_pool.free(t)
 
-    def _steps(self, steps, in_ptrs, out_ptrs, temps):
+    def _steps(self, steps, in_ptrs, out_ptrs, temps):   # temps: base addresses
         stream = self.stream
         for st in steps:
             if type(st) is _Launch:
