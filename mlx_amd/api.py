@@ -232,6 +232,7 @@ def _no_args(name, method):
         return getattr(_pool(), method)()
 
     fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = getattr(mx, name).__doc__   # MLX's own (this module loads before enable())
     return fn
 
 
@@ -250,6 +251,7 @@ def _limit(name, set_limit):
         return _mlx(name)(*args, **kwargs)
 
     fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = getattr(mx, name).__doc__
     return fn
 
 
