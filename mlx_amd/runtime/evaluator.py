@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import atexit
 import collections
-import functools
 import ctypes
+import functools
 import gc
 import math
 import os
