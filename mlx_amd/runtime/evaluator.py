@@ -466,7 +466,7 @@ class Evaluator:
                 self._seen[fp] = seen
         if self.native is not None:
             self.driver.ensure_bound()   # direct launches (Evaluator._single) skip the check
-        metas = g.arrays
+        metas = _Metas(g)   # slot rows on demand: a plan-cache hit needs none (Graph.node_key)
         saved = self._leaf_consts, self._sibs   # (an evaluation inside a CPU fallback's callback)
         self._leaf_consts = self._small_consts(g) if self.gpu else None
         nodes = g.nodes
@@ -594,26 +594,28 @@ class Evaluator:
                         _route_freed(freed)
                     return fresh if fresh is not True else ()
                 fresh = ()
-        if prim in VIEW_PRIMITIVES and g.try_view(i):
-            if prog is not None:
-                g.record(prog, i, 1)
-            self.stats.by_prim[prim]["view"] += 1
-        else:
-            fam = DISPATCH.get(prim) if self.gpu else None
-            done = fam is not None and self._gpu(g, metas, fam, prim, params, ins, outs, prog, i)
-            if done:
-                fresh = done
-                self.stats.by_prim[prim]["gpu"] += 1
-            else:
-                if prog is not None:
-                    g.record(prog, i, 0)
-                self._fallback(g, i, ins, outs)
-                self.stats.by_prim[prim]["cpu"] += 1
-                g.finish(i)
-                # MLX allocated (and may have freed) host memory: learn of dead
-                # buffers before an address can come back under a new array.
-                self._reap()
+        if prim in VIEW_PRIMITIVES:
+            done = g.view_node(i, prog)   # try_view, record, finish: one native call
+            if done is not False:
+                self.stats.by_prim[prim]["view"] += 1
+                if done is not True:
+                    _route_freed(done)
                 return ()
+        fam = DISPATCH.get(prim) if self.gpu else None
+        done = fam is not None and self._gpu(g, metas, fam, prim, params, ins, outs, prog, i)
+        if done:
+            fresh = done
+            self.stats.by_prim[prim]["gpu"] += 1
+        else:
+            if prog is not None:
+                g.record(prog, i, 0)
+            self._fallback(g, i, ins, outs)
+            self.stats.by_prim[prim]["cpu"] += 1
+            g.finish(i)
+            # MLX allocated (and may have freed) host memory: learn of dead
+            # buffers before an address can come back under a new array.
+            self._reap()
+            return ()
         freed = g.finish(i, True)
         if freed:
             _route_freed(freed)
@@ -733,7 +735,7 @@ class Evaluator:
         family's ``plan_siblings`` takes them;
         False if it does not (then nothing ran). Their inputs and outputs follow the node's
         own in the plan's references; the caller finishes them after the node."""
-        sizes = None
+        sizes = in_sig = None
         if siblings:
             sizes = [(len(ins), len(outs), prim, params)]
             own = outs
@@ -747,18 +749,27 @@ class Evaluator:
             # a sibling's input that is the node's own output (an Add's sum its RMSNorm reads):
             # row-major, made by the same launch; the plan does not read it as an input
             infos = [_made_here(metas[s]) if s in own else g.info(s) for s in ins]
+            if None in infos:
+                return False
+            itemsizes = [_ITEMSIZE[metas[s][1]] for s in ins]
+            # a group's signature is plain tuples (cheap to hash)
+            # info: (key, data_ptr, offset_bytes, strides, data_size, nbytes, row, col, contig, ours)
+            # (list comprehensions, not generators: inlined since Python 3.12)
+            in_sig = tuple([(metas[s], inf[3], inf[4], inf[6], inf[8]) for s, inf in zip(ins, infos)])
+            sig = (prim, params, in_sig, tuple([metas[o] for o in outs]), sizes)
         else:
-            infos = [g.info(s) for s in ins]
-        if None in infos:
-            return False
-        # The signature is plain tuples (cheap to hash); Layouts are built on a miss only.
-        # info: (key, data_ptr, offset_bytes, strides, data_size, nbytes, row, col, contig, ours)
-        # (list comprehensions, not generators: inlined since Python 3.12)
-        in_sig = tuple([(metas[s], inf[3], inf[4], inf[6], inf[8]) for s, inf in zip(ins, infos)])
-        out_sig = tuple([metas[o] for o in outs])
-        sig = (prim, params, in_sig, out_sig, sizes)
+            # one node: the bridge packs its layouts into bytes (Graph.node_key) and hands its
+            # inputs' info rows over in the same call
+            got = g.node_key(i)
+            if got is None:
+                return False
+            key_bytes, infos, itemsizes = got
+            sig = (prim, params, key_bytes)
         entry = self.plans.get(sig)
         if entry is None:
+            if in_sig is None:   # Layouts are built on a miss only
+                in_sig = tuple([(metas[s], inf[3], inf[4], inf[6], inf[8]) for s, inf in zip(ins, infos)])
+            out_sig = tuple([metas[o] for o in outs])
             if len(self.plans) >= MAX_PLANS:
                 for k in list(self.plans)[: MAX_PLANS // 2]:   # the oldest half
                     del self.plans[k]
@@ -795,8 +806,8 @@ class Evaluator:
             for oj, ii in plan.donate:
                 inf = infos[ii]
                 # an input buffer nobody else holds: ours, same bytes, plain layout
-                if (oj == j and inf[9] != -1 and inf[5] == nbytes and inf[2] == 0 and in_sig[ii][3]
-                        and in_sig[ii][2] * _ITEMSIZE[in_sig[ii][0][1]] == nbytes
+                if (oj == j and inf[9] != -1 and inf[5] == nbytes and inf[2] == 0 and inf[6]
+                        and inf[4] * itemsizes[ii] == nbytes
                         and inf[0] not in keys and g.donatable(ins[ii])):
                     g.share(o, ins[ii])
                     key, ptr = inf[0], in_ptrs[ii]
@@ -1027,7 +1038,8 @@ class _Program:
 
 
 class _Metas:
-    """``g.arrays`` row by row, for nodes a replay hands back (no whole table)."""
+    """``g.arrays`` row by row (no whole table): for plan-cache misses, sibling groups and
+    nodes a replay hands back."""
 
     __slots__ = ("g",)
 

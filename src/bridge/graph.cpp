@@ -245,14 +245,15 @@ nb::tuple Graph::slot_row(const Slot& sl) {
                         nb::bool_(sl.producer < 0));
 }
 
-void Graph::build_tables() {
+// Built once, before the walk starts (how they are used): rows of nodes already finished
+// (detached) and of released slots cannot be rebuilt. Separate, so a first sighting that
+// reads slot rows one by one (meta) pays for the node table only.
+void Graph::build_nodes() {
   if (nodes_cache_.is_valid()) return;
   struct GcPause {
     int was = PyGC_Disable();
     ~GcPause() { if (was) PyGC_Enable(); }
   } gc_pause;
-  // Rows of nodes already finished (detached) cannot be rebuilt: the table is
-  // only valid when asked for before the walk starts, which is how it is used.
   nb::list nl;
   for (auto& node : nodes_) {
     if (node.detached) {
@@ -261,11 +262,19 @@ void Graph::build_tables() {
     }
     nl.append(node_row(node));
   }
+  nodes_cache_ = std::move(nl);
+}
+
+void Graph::build_arrays() {
+  if (arrays_cache_.is_valid()) return;
+  struct GcPause {
+    int was = PyGC_Disable();
+    ~GcPause() { if (was) PyGC_Enable(); }
+  } gc_pause;
   nb::list al;
   for (auto& sl : slots_) {
     al.append(sl.arr ? slot_row(sl) : nb::object(nb::none()));
   }
-  nodes_cache_ = std::move(nl);
   arrays_cache_ = std::move(al);
 }
 
@@ -282,11 +291,11 @@ nb::tuple Graph::meta(int64_t s) {
 }
 
 nb::list Graph::nodes() {
-  build_tables();
+  build_nodes();
   return nb::borrow<nb::list>(nodes_cache_);
 }
 nb::list Graph::arrays() {
-  build_tables();
+  build_arrays();
   return nb::borrow<nb::list>(arrays_cache_);
 }
 nb::tuple Graph::outputs() const { return int_tuple(outputs_); }
@@ -355,6 +364,46 @@ void Graph::drop(uint32_t s) { slots_[s].arr.reset(); }
 // ---------------------------------------------------------------------------
 nb::object Graph::info(int64_t slot) {
   return buffer_info(array_at(slot, "info"));
+}
+
+nb::object Graph::node_key(int64_t n) {
+  auto& node = node_at(n, "node_key");
+  std::vector<int64_t> w;
+  w.reserve(2 + 24 * (node.inputs.size() + node.outputs.size()));
+  w.push_back(static_cast<int64_t>(node.inputs.size()));
+  w.push_back(static_cast<int64_t>(node.outputs.size()));
+  nb::list infos, itemsizes;
+  auto shape_of = [&](const mx::array& a, const Slot& sl) {
+    w.push_back(static_cast<int64_t>(a.ndim()));
+    w.push_back(static_cast<int64_t>(a.dtype().val()));
+    w.push_back(sl.producer < 0);
+    for (auto d : a.shape()) w.push_back(d);
+  };
+  for (auto s : node.inputs) {
+    const Slot& sl = slots_[s];
+    if (!sl.arr) return nb::none();
+    const mx::array& a = *sl.arr;
+    nb::object inf = buffer_info(a);
+    if (inf.is_none()) return nb::none();   // not computed (yet): the node cannot run here
+    infos.append(inf);
+    itemsizes.append(a.itemsize());
+    shape_of(a, sl);
+    for (auto st : a.strides()) w.push_back(st);
+    const auto& f = a.flags();
+    w.push_back(static_cast<int64_t>(a.data_size()));
+    w.push_back((f.row_contiguous ? 1 : 0) | (f.contiguous ? 2 : 0));
+  }
+  for (auto s : node.outputs) shape_of(*slots_[s].arr, slots_[s]);
+  return nb::make_tuple(nb::bytes(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(int64_t)),
+                        std::move(infos), std::move(itemsizes));
+}
+
+nb::object Graph::view_node(int64_t n, Program* prog) {
+  if (!try_view(n)) return nb::bool_(false);
+  if (prog != nullptr) record(*prog, n, 1);
+  finish(n);
+  if (any_freed()) return nb::cast(drain_freed());
+  return nb::bool_(true);
 }
 
 void Graph::attach(int64_t slot, uintptr_t host_ptr, int64_t token) {

@@ -27,6 +27,13 @@ class Graph {
   size_t num_slots() const { return slots_.size(); }
 
   nb::object info(int64_t slot);
+  // A GPU node's plan-cache key (bytes: per input dtype, shape, strides, data size,
+  // row/contiguous flags, leafness; per output dtype, shape, leafness), its inputs' info
+  // rows and item sizes, in one call; None when an input has no data.
+  nb::object node_key(int64_t node);
+  // try_view, record (with a program) and finish in one call: False when MLX would copy
+  // (nothing done), else True or the freed tokens (drain_freed).
+  nb::object view_node(int64_t node, Program* prog);
   void attach(int64_t slot, uintptr_t host_ptr, int64_t token);
   void view(int64_t out_slot, int64_t in_slot, const mx::Strides& strides,
             int64_t offset_elems);
@@ -83,7 +90,8 @@ class Graph {
   std::vector<mx::array> view_outs_;   // try_view's outputs, empty between calls
 
   uint32_t add_slot(const mx::array& a, int32_t producer);
-  void build_tables();
+  void build_nodes();
+  void build_arrays();
   nb::tuple node_row(const Node& node);
   nb::tuple slot_row(const Slot& sl);
   Slot& slot_at(int64_t s, const char* what);

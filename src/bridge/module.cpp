@@ -88,6 +88,10 @@ NB_MODULE(_bridge, m) {
       .def("table", [](Graph& g) { return nb::make_tuple(g.nodes(), g.arrays()); },
            "(nodes, arrays) in one call")
       .def("info", &Graph::info, "slot"_a)
+      .def("node_key", &Graph::node_key, "node"_a,
+           "(key bytes, [info(s)], [itemsize] per input) of a node; None when an input has no data")
+      .def("view_node", &Graph::view_node, "node"_a, "program"_a.none() = nb::none(),
+           "try_view, record as a view and finish: False (nothing done), True, or freed tokens")
       .def("attach", &Graph::attach, "slot"_a, "host_ptr"_a, "token"_a)
       .def("view",
            [](Graph& g, int64_t out, int64_t in, const std::vector<int64_t>& st,
