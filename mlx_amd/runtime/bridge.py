@@ -17,7 +17,7 @@ API (see ``src/bridge/graph.h``):
   Pool, Outputs         the pools' native bookkeeping, a replay's fresh outputs (src/bridge/pool.h)
   set_graph_api(), graph_stats(), graph_api_shutdown(), set_graph_after(), graph_after()
                         replayed launches as CUDA/HIP graphs (src/bridge/graphexec.h)
-  launch(), launch_repeat()  a kernel launch (or many) through the driver entry point
+  launch(), launch_refs(), launch_repeat()  a kernel launch (or many) through the driver entry point
   drain_freed()         tokens of attached buffers MLX let go of since the last call
   live()                (count, bytes) of attached buffers not yet freed
   expired()             keys of watched buffers that died since the last call
@@ -96,6 +96,7 @@ live = _bridge.live
 expired = _bridge.expired
 launch = _bridge.launch
 launch_repeat = _bridge.launch_repeat
+launch_refs = _bridge.launch_refs
 Program = _bridge.Program
 ConstCache = _bridge.ConstCache
 Pool = _bridge.Pool
@@ -106,5 +107,5 @@ graph_stats = _bridge.graph_stats
 set_graph_after = _bridge.set_graph_after
 graph_after = _bridge.graph_after
 
-__all__ = ["Graph", "versions", "probe", "buffer_info", "drain_freed", "live", "expired", "launch", "launch_repeat", "Program", "ConstCache", "Pool", "Outputs", "set_graph_api", "graph_api_shutdown", "graph_stats", "set_graph_after", "graph_after",
+__all__ = ["Graph", "versions", "probe", "buffer_info", "drain_freed", "live", "expired", "launch", "launch_repeat", "launch_refs", "Program", "ConstCache", "Pool", "Outputs", "set_graph_api", "graph_api_shutdown", "graph_stats", "set_graph_after", "graph_after",
            "check_versions", "check_abi", "MLX_VERSION"]

@@ -27,6 +27,7 @@ import functools
 import gc
 import math
 import os
+import struct
 import threading
 import weakref
 
@@ -831,13 +832,14 @@ class Evaluator:
             # one kernel on the node's own buffers (most nodes): what run_plan would do,
             # without its per-step dispatch (first sightings run this per node); bound to
             # the launcher it was made for (a test may put another in its place)
-            args = _single_args(single, in_ptrs, out_ptrs)
             if single[7] is self.native and single[8] is not None:
-                status = single[8](args)
+                status = single[8](in_ptrs, out_ptrs)
                 if status:
-                    self.driver.launch_failed(status, single[0], single[1], single[2], args, single[3], stream)
+                    self.driver.launch_failed(status, single[0], single[1], single[2],
+                                              _single_args(single, in_ptrs, out_ptrs), single[3], stream)
             else:
-                self.native(single[0], single[1], single[2], args, single[3], stream)
+                self.native(single[0], single[1], single[2], _single_args(single, in_ptrs, out_ptrs),
+                            single[3], stream)
         else:
             self.run_plan(plan, in_ptrs, out_ptrs, donated)
         fresh = []
@@ -985,8 +987,9 @@ class Evaluator:
         """(function, grid, block, shared_mem, pointer packer, tail, refs, launcher, direct)
         when ``plan`` is one non-empty kernel launch on the node's own buffers (no
         temporaries, no init steps); refs: None for the inputs in order then the first
-        output, else ((is_output, index, byte offset), ...); direct(args) -> status: the
-        launch through ``launcher``'s entry point. Else None."""
+        output, else ((is_output, index, byte offset), ...); direct(in_ptrs, out_ptrs) ->
+        status: the launch through ``launcher``'s entry point (bridge.launch_refs builds the
+        argument struct). Else None."""
         if plan is None or plan.temps or plan.init or len(plan.steps) != 1:
             return None
         st = plan.steps[0]
@@ -1001,13 +1004,15 @@ class Evaluator:
         elif st.n_ptrs != n_ins + 1:
             return None
         fn = st.function if st.function is not None else self.modules.function(st.family, st.kernel)
-        # the launch with everything but its argument bytes bound: one native call a node
-        # (the native launcher's Python method and thread check cost ~0.3 us a launch)
+        # the launch with everything but the node's pointers bound: one native call a node,
+        # which also builds the argument struct (the native launcher's Python method, its
+        # thread check and packing in Python cost ~0.5 us a launch)
         native, direct = self.native, None
         if native is not None and getattr(native, "_entry", None):
             stream = self.stream.value if self.stream is not None else 0
-            direct = functools.partial(_bridge.launch, native._entry, native._end, fn.value or 0,
-                                       *st.grid, *st.block, st.shared_mem, stream or 0)
+            packed = b"" if refs is None else struct.pack(f"<{3 * len(refs)}q", *[v for r in refs for v in r])
+            direct = functools.partial(_bridge.launch_refs, native._entry, native._end, fn.value or 0,
+                                       *st.grid, *st.block, st.shared_mem, stream or 0, st.tail, packed)
         return fn, st.grid, st.block, st.shared_mem, _pointers(st.n_ptrs).pack, st.tail, refs, native, direct
 
     def _fallback(self, g, node, ins, outs):

@@ -103,6 +103,14 @@ int native_launch(uintptr_t entry, intptr_t param_end, uintptr_t function,
                   unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                   unsigned bz, unsigned shared_mem, uintptr_t stream,
                   const nb::bytes& args);
+// A launch whose argument struct is pointers resolved here from `refs` (int64 triples:
+// is_output, index, byte offset; empty: the inputs, then the first output) and `tail`:
+// a first sighting's one-kernel node without packing in Python.
+int launch_refs(uintptr_t entry, intptr_t param_end, uintptr_t function, unsigned gx,
+                unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                unsigned shared_mem, uintptr_t stream, const nb::bytes& tail,
+                const nb::bytes& refs, const std::vector<uint64_t>& in_ptrs,
+                const std::vector<uint64_t>& out_ptrs);
 // The same launch `count` times back to back (stops at a failure): (status, seconds).
 std::pair<int, double> launch_repeat(uintptr_t entry, intptr_t param_end, uintptr_t function,
                                      unsigned gx, unsigned gy, unsigned gz, unsigned bx,

@@ -67,6 +67,11 @@ NB_MODULE(_bridge, m) {
         "gx"_a, "gy"_a, "gz"_a, "bx"_a, "by"_a, "bz"_a, "shared_mem"_a, "stream"_a,
         "args"_a,
         "Launch a kernel through the driver entry point at `entry`; returns its status.");
+  m.def("launch_refs", &mlx_amd::launch_refs, "entry"_a, "param_end"_a, "function"_a,
+        "gx"_a, "gy"_a, "gz"_a, "bx"_a, "by"_a, "bz"_a, "shared_mem"_a, "stream"_a,
+        "tail"_a, "refs"_a, "in_ptrs"_a, "out_ptrs"_a,
+        "Launch with the argument struct built here: pointers from refs (int64 triples "
+        "is_output, index, offset; empty: inputs then the first output), then tail.");
   m.def("launch_repeat", &mlx_amd::launch_repeat, "entry"_a, "param_end"_a, "function"_a,
         "gx"_a, "gy"_a, "gz"_a, "bx"_a, "by"_a, "bz"_a, "shared_mem"_a, "stream"_a,
         "args"_a, "count"_a,

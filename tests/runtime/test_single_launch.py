@@ -283,3 +283,27 @@ def test_launch_repeat_issues_count_launches_and_stops_at_a_failure():
     status, _ = bridge.launch_repeat(ctypes.cast(entry, ctypes.c_void_p).value, 0, 1, 1, 1, 1, 32, 1, 1,
                                      0, 0, b"", 10)
     assert status == 700 and len(calls) == 3
+
+
+def test_launch_refs_builds_the_argument_struct_as_the_plan_does():
+    """bridge.launch_refs (the fast path's launch) resolves refs with offsets, repeats and
+    outputs first into the same bytes Launch.args packs; a reference past the pointers
+    given raises instead of reading past them."""
+    from mlx_amd.runtime import bridge
+    from mlx_amd.runtime import evaluator as E
+    from mlx_amd.runtime import plan as P
+    from mlx_amd.runtime.launch import Launch
+
+    rec = []
+    launcher = _EntryRecorder(rec)
+    refs = (P.Ref("o", 1, 64), P.Ref("i", 0, 0), P.Ref("i", 2, 4096), P.Ref("o", 0, 8))
+    st = Launch("fam", "k", (3, 1, 1), (128, 1, 1), 512, 4, tail=b"\x07" * 12, refs=refs)
+    ins, outs = [1 << 40, 2 << 40, 3 << 40], [5 << 40, 6 << 40]
+    packed = struct.pack("<12q", *[v for r in refs for v in ((r.kind == "o"), r.index, r.offset)])
+    status = bridge.launch_refs(launcher._entry, 0, 0x1234, 3, 1, 1, 128, 1, 1, 512, 0, st.tail, packed, ins, outs)
+    assert status == 0 and rec[-1] == (0x1234, (3, 1, 1), (128, 1, 1), 512,
+                                        st.args(tuple(E._resolve(r, ins, outs, (), 0) for r in refs)))
+    bridge.launch_refs(launcher._entry, 0, 0x1234, 1, 1, 1, 64, 1, 1, 0, 0, b"\x01" * 4, b"", ins, outs)
+    assert rec[-1][4] == struct.pack("<4Q", *ins, outs[0]) + b"\x01" * 4
+    with pytest.raises(IndexError, match="past the pointers"):
+        bridge.launch_refs(launcher._entry, 0, 1, 1, 1, 1, 64, 1, 1, 0, 0, b"", struct.pack("<3q", 0, 3, 0), ins, outs)
