@@ -254,3 +254,51 @@ def test_evaluation_inside_grad_keeps_tracers():
     out = mx.grad(lambda x: f(x, True))(x)
     evaluate([out], arena)
     np.testing.assert_allclose(np.array(out), np.array(ref), rtol=1e-6)
+
+
+def _key(fn, *xs):
+    """node_key of the last node of fn(*xs) (a GPU node's plan-cache key and input rows)."""
+    for x in xs:
+        mx.eval(x)
+    g = bridge.Graph([fn(*xs)])
+    try:
+        got = g.node_key(len(g) - 1)
+        assert got is not None
+        return got
+    finally:
+        g.release()
+
+
+def test_node_key_holds_what_the_plan_depends_on():
+    """Equal layouts give equal keys, and each thing a plan may depend on (dtype, shape,
+    strides, data size, contiguity, ndim) changes the key; the info rows are the
+    inputs' buffer_info and the item sizes their dtypes'."""
+    a = mx.arange(24, dtype=mx.float32).reshape(4, 6)
+    b = mx.arange(24, dtype=mx.float32).reshape(4, 6) + 1
+    exp = lambda x: mx.exp(x)  # noqa: E731
+    k, infos, sizes = _key(exp, a)
+    assert k == _key(exp, b)[0]                                    # same layout, other values
+    assert infos == [bridge.buffer_info(a)] and sizes == [4]
+    variants = [
+        _key(exp, a.astype(mx.float16)),                           # dtype
+        _key(exp, a.reshape(6, 4)),                                # shape
+        _key(exp, a.T),                                            # strides, contiguity
+        _key(exp, a[:, :3]),                                       # strides, data size
+        _key(exp, mx.broadcast_to(a[:1], (4, 6))),                 # zero strides
+        _key(exp, mx.zeros((2, 4, 6))),                            # ndim
+    ]
+    keys = [k] + [v[0] for v in variants]
+    assert len(set(keys)) == len(keys)
+    assert _key(lambda c, x, y: mx.where(c, x, y), a > 3, a, b)[2] == [1, 4, 4]
+    assert _key(lambda x, y: x + y, a.astype(mx.bfloat16), b.astype(mx.bfloat16))[2] == [2, 2]
+
+
+def test_node_key_is_none_when_an_input_has_no_data():
+    a = mx.ones((3,))
+    mx.eval(a)
+    g = bridge.Graph([mx.exp(a * 2)])
+    try:
+        assert g.node_key(len(g) - 1) is None          # a * 2 is not computed yet
+        assert g.node_key(0) is not None
+    finally:
+        g.release()
