@@ -245,15 +245,22 @@ nb::tuple Graph::slot_row(const Slot& sl) {
                         nb::bool_(sl.producer < 0));
 }
 
+namespace {
+// The tables are thousands of tuples and hold no cycles: no collector passes over them.
+struct GcPause {
+  int was = PyGC_Disable();
+  ~GcPause() {
+    if (was) PyGC_Enable();
+  }
+};
+}  // namespace
+
 // Built once, before the walk starts (how they are used): rows of nodes already finished
 // (detached) and of released slots cannot be rebuilt. Separate, so a first sighting that
 // reads slot rows one by one (meta) pays for the node table only.
 void Graph::build_nodes() {
   if (nodes_cache_.is_valid()) return;
-  struct GcPause {
-    int was = PyGC_Disable();
-    ~GcPause() { if (was) PyGC_Enable(); }
-  } gc_pause;
+  GcPause gc_pause;
   nb::list nl;
   for (auto& node : nodes_) {
     if (node.detached) {
@@ -267,10 +274,7 @@ void Graph::build_nodes() {
 
 void Graph::build_arrays() {
   if (arrays_cache_.is_valid()) return;
-  struct GcPause {
-    int was = PyGC_Disable();
-    ~GcPause() { if (was) PyGC_Enable(); }
-  } gc_pause;
+  GcPause gc_pause;
   nb::list al;
   for (auto& sl : slots_) {
     al.append(sl.arr ? slot_row(sl) : nb::object(nb::none()));
