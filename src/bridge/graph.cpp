@@ -68,11 +68,17 @@ uint32_t Graph::add_slot(const mx::array& a, int32_t producer) {
   return static_cast<uint32_t>(slots_.size() - 1);
 }
 
-// The last walk's sizes: a repeated step (a decode step is ~780 nodes and ~960 slots)
-// reserves what it needs at once, without a rehash or a move of the slots and nodes on
-// the way. A small graph after a huge one reserves the huge one's size once (untouched
-// pages cost nothing) and the next walk follows the small one. Only a hint, so relaxed.
+// Recent walks' sizes, a high-water mark that decays by 1/8 a walk: a repeated step (a
+// decode step is ~780 nodes and ~960 slots) reserves what it needs at once, without a
+// rehash or a move of the slots and nodes on the way, also when small walks come between
+// its steps (mlx-lm reads each token: a walk of a few slots after every step; following the
+// last size alone made every step's table grow from 72 slots again). After a huge graph the
+// hint shrinks back within a few dozen small walks. Only a hint, so relaxed.
 static std::atomic<size_t> last_slots{1024}, last_nodes{512};
+static void remember(std::atomic<size_t>& last, size_t now) {
+  size_t was = last.load(std::memory_order_relaxed);
+  last.store(std::max(now, was - was / 8), std::memory_order_relaxed);
+}
 
 // The slot and node vectors of the last released graph of this thread, kept for the
 // next walk (empty, with their capacity): see Scratch in flatmap.h.
@@ -226,8 +232,8 @@ Graph::Graph(const std::vector<mx::array>& outputs, bool async) {
   }
   for (auto s : outputs_) mix(s);
   fingerprint_ = h;
-  last_slots.store(slots_.size(), std::memory_order_relaxed);
-  last_nodes.store(nodes_.size(), std::memory_order_relaxed);
+  remember(last_slots, slots_.size());
+  remember(last_nodes, nodes_.size());
 }
 
 // Python views of the table, built on first use (a replayed graph never needs
