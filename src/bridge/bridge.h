@@ -97,6 +97,21 @@ nb::tuple int_tuple(const V& v) {
 }
 
 // ---------------------------------------------------------------- launches
+// One launch through the driver's entry point (hipModuleLaunchKernel / cuLaunchKernel, one
+// prototype) by address, its argument struct as a blob through the vendors' "extra"
+// mechanism: BUFFER_POINTER (1), BUFFER_SIZE (2), END (0 on CUDA, 3 on HIP: param_end).
+inline int launch_blob(uintptr_t entry, intptr_t param_end, uintptr_t function,
+                       const unsigned grid[3], const unsigned block[3], unsigned shared_mem,
+                       uintptr_t stream, const char* data, size_t size) {
+  using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, void*, void**, void**);
+  void* extra[5] = {reinterpret_cast<void*>(1), const_cast<char*>(data), reinterpret_cast<void*>(2),
+                    &size, reinterpret_cast<void*>(param_end)};
+  return reinterpret_cast<LaunchFn>(entry)(reinterpret_cast<void*>(function), grid[0], grid[1],
+                                           grid[2], block[0], block[1], block[2], shared_mem,
+                                           reinterpret_cast<void*>(stream), nullptr,
+                                           size ? extra : nullptr);
+}
 // One kernel launch through the driver's launch entry point (by address); returns
 // the driver's status.
 int native_launch(uintptr_t entry, intptr_t param_end, uintptr_t function,

@@ -10,9 +10,6 @@ namespace mlx_amd {
 
 namespace {
 
-using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned,
-                         unsigned, unsigned, void*, void**, void**);
-
 struct GraphApi {
   bool ready = false, alive = false;
   int (*create)(void**, unsigned) = nullptr;
@@ -130,15 +127,10 @@ bool graph_api_ready() { return api().ready && api().alive; }
 
 int launch_eager(const std::vector<LaunchRec>& recs, size_t from, uintptr_t entry,
                  intptr_t param_end, uintptr_t stream, size_t* failed) {
-  auto launch = reinterpret_cast<LaunchFn>(entry);
   for (size_t i = from; i < recs.size(); ++i) {
     auto& r = recs[i];
-    size_t size = r.args.size();
-    void* extra[5] = {reinterpret_cast<void*>(1), const_cast<char*>(r.args.data()),
-                      reinterpret_cast<void*>(2), &size, reinterpret_cast<void*>(param_end)};
-    int st = launch(reinterpret_cast<void*>(r.function), r.grid[0], r.grid[1], r.grid[2],
-                    r.block[0], r.block[1], r.block[2], r.shared_mem,
-                    reinterpret_cast<void*>(stream), nullptr, size ? extra : nullptr);
+    int st = launch_blob(entry, param_end, r.function, r.grid, r.block, r.shared_mem, stream,
+                         r.args.data(), r.args.size());
     if (st) {
       *failed = i;
       return st;

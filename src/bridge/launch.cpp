@@ -1,7 +1,6 @@
-// Kernel launches from native code: the driver's launch entry point
-// (hipModuleLaunchKernel / cuLaunchKernel, the same prototype) is resolved once
-// by the Python driver table and handed over by address, so there is one
-// binding; this only saves the ctypes call (about 2 us of host time a launch).
+// Kernel launches from native code (launch_blob in bridge.h): the driver's launch entry
+// point is resolved once by the Python driver table and handed over by address, so there
+// is one binding; this only saves the ctypes call (about 2 us of host time a launch).
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -11,11 +10,6 @@
 #include "bridge.h"
 
 namespace mlx_amd {
-
-namespace {
-using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned,
-                         unsigned, unsigned, void*, void**, void**);
-}  // namespace
 
 int native_launch(uintptr_t entry, intptr_t param_end, uintptr_t function,
                   unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -51,30 +45,21 @@ int launch_refs(uintptr_t entry, intptr_t param_end, uintptr_t function, unsigne
     p[in_ptrs.size()] = out_ptrs[0];
   }
   std::memcpy(blob.data() + nptr * sizeof(uint64_t), tail.c_str(), tail.size());
-  size_t size = blob.size();
-  void* extra[5] = {reinterpret_cast<void*>(1), blob.data(), reinterpret_cast<void*>(2), &size,
-                    reinterpret_cast<void*>(param_end)};
-  auto fn = reinterpret_cast<LaunchFn>(entry);
-  return fn(reinterpret_cast<void*>(function), gx, gy, gz, bx, by, bz, shared_mem,
-            reinterpret_cast<void*>(stream), nullptr, size ? extra : nullptr);
+  const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+  return launch_blob(entry, param_end, function, grid, block, shared_mem, stream, blob.data(),
+                     blob.size());
 }
 
 std::pair<int, double> launch_repeat(uintptr_t entry, intptr_t param_end, uintptr_t function,
                                      unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                      unsigned by, unsigned bz, unsigned shared_mem,
                                      uintptr_t stream, const nb::bytes& args, int64_t count) {
-  // The argument blob goes through the vendors' "extra" mechanism: BUFFER_POINTER
-  // (1), BUFFER_SIZE (2), END (0 on CUDA, 3 on HIP: passed in).
-  size_t size = args.size();
-  void* extra[5] = {reinterpret_cast<void*>(1), const_cast<char*>(args.c_str()),
-                    reinterpret_cast<void*>(2), &size,
-                    reinterpret_cast<void*>(param_end)};
-  auto fn = reinterpret_cast<LaunchFn>(entry);
+  const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
   auto t0 = std::chrono::steady_clock::now();
   int status = 0;
   for (int64_t i = 0; i < count && status == 0; ++i) {
-    status = fn(reinterpret_cast<void*>(function), gx, gy, gz, bx, by, bz, shared_mem,
-                reinterpret_cast<void*>(stream), nullptr, size ? extra : nullptr);
+    status = launch_blob(entry, param_end, function, grid, block, shared_mem, stream,
+                         args.c_str(), args.size());
   }
   std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
   return {status, dt.count()};
