@@ -224,12 +224,13 @@ def _pool():
     return get_runtime().residency.device_pool
 
 
-def _no_args(name, method):
-    """mx.<name>() on the pool; with arguments, MLX's own function raises its own error."""
+def _no_args(name):
+    """mx.<name>() on the pool (its method of the same name); with arguments, MLX's own
+    function raises its own error."""
     def fn(*args, **kwargs):
         if args or kwargs:
             return _mlx(name)(*args, **kwargs)
-        return getattr(_pool(), method)()
+        return getattr(_pool(), name)()
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = getattr(mx, name).__doc__   # MLX's own (this module loads before enable())
@@ -262,12 +263,12 @@ def _set_wired(limit: int) -> int:
     return prev
 
 
-get_active_memory = _no_args("get_active_memory", "get_active_memory")
-get_peak_memory = _no_args("get_peak_memory", "get_peak_memory")
-reset_peak_memory = _no_args("reset_peak_memory", "reset_peak_memory")
-get_cache_memory = _no_args("get_cache_memory", "get_cache_memory")
-get_memory_limit = _no_args("get_memory_limit", "get_memory_limit")
-clear_cache = _no_args("clear_cache", "clear_cache")
+get_active_memory = _no_args("get_active_memory")
+get_peak_memory = _no_args("get_peak_memory")
+reset_peak_memory = _no_args("reset_peak_memory")
+get_cache_memory = _no_args("get_cache_memory")
+get_memory_limit = _no_args("get_memory_limit")
+clear_cache = _no_args("clear_cache")
 set_memory_limit = _limit("set_memory_limit", lambda v: _pool().set_memory_limit(v))
 set_cache_limit = _limit("set_cache_limit", lambda v: _pool().set_cache_limit(v))
 set_wired_limit = _limit("set_wired_limit", _set_wired)

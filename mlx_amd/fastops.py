@@ -11,6 +11,8 @@ function is exported (``mx.export_function``/``mx.exporter``).
 
 from __future__ import annotations
 
+import contextlib
+
 import mlx.core as mx
 
 NAMES = ("rms_norm", "layer_norm", "rope", "scaled_dot_product_attention")
@@ -39,63 +41,44 @@ def _b():
 _exporting = [0]
 
 
-def rms_norm(*args, **kwargs):
-    if not _exporting[0]:
-        try:
-            return _rms_norm(*args, **kwargs)
-        except TypeError:
-            pass
-    return original("rms_norm")(*args, **kwargs)
+def _routed(name, ours):
+    """mx.fast.<name> while enabled: ``ours`` (its signature is MLX's), else MLX's own."""
+    def fn(*args, **kwargs):
+        if not _exporting[0]:
+            try:
+                return ours(*args, **kwargs)
+            except TypeError:
+                pass
+        return original(name)(*args, **kwargs)
+
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+def _mlx_stream(stream):
+    if stream is not None:
+        raise TypeError("an explicit stream: MLX's own function")
 
 
 def _rms_norm(x, weight, eps, *, stream=None):
-    if stream is not None:
-        raise TypeError("an explicit stream: MLX's own function")
+    _mlx_stream(stream)
     return _b().fast_rms_norm(x, weight, eps)
 
 
-def layer_norm(*args, **kwargs):
-    if not _exporting[0]:
-        try:
-            return _layer_norm(*args, **kwargs)
-        except TypeError:
-            pass
-    return original("layer_norm")(*args, **kwargs)
-
-
 def _layer_norm(x, weight, bias, eps, *, stream=None):
-    if stream is not None:
-        raise TypeError("an explicit stream: MLX's own function")
+    _mlx_stream(stream)
     return _b().fast_layer_norm(x, weight, bias, eps)
 
 
-def rope(*args, **kwargs):
-    if not _exporting[0]:
-        try:
-            return _rope(*args, **kwargs)
-        except TypeError:
-            pass
-    return original("rope")(*args, **kwargs)
-
-
 def _rope(a, dims, *, traditional, base, scale, offset, freqs=None, stream=None):
-    if stream is not None:
-        raise TypeError("an explicit stream: MLX's own function")
+    _mlx_stream(stream)
     return _b().fast_rope(a, dims, traditional, base, scale, offset, freqs)
 
 
-def scaled_dot_product_attention(*args, **kwargs):
-    if not _exporting[0]:
-        try:
-            return _sdpa(*args, **kwargs)
-        except TypeError:
-            pass
-    return original("scaled_dot_product_attention")(*args, **kwargs)
-
-
 def _sdpa(q, k, v, *, scale, mask=None, sinks=None, force_fused=False, stream=None):
+    _mlx_stream(stream)
     # a mask string other than "causal": MLX's own function raises its own error
-    if stream is not None or force_fused or (isinstance(mask, str) and mask != "causal"):
+    if force_fused or (isinstance(mask, str) and mask != "causal"):
         raise TypeError("not ours: MLX's own function")
     if mask is None or isinstance(mask, str):
         mode, arr = (mask or ""), None
@@ -104,19 +87,20 @@ def _sdpa(q, k, v, *, scale, mask=None, sinks=None, force_fused=False, stream=No
     return _b().fast_sdpa(q, k, v, scale, mode, arr, sinks)
 
 
+rms_norm = _routed("rms_norm", _rms_norm)
+layer_norm = _routed("layer_norm", _layer_norm)
+rope = _routed("rope", _rope)
+scaled_dot_product_attention = _routed("scaled_dot_product_attention", _sdpa)
+
+
+@contextlib.contextmanager
 def exporting():
-    """Context manager: MLX's own mx.fast functions inside (api's export_function/exporter)."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def guard():
-        _exporting[0] += 1
-        try:
-            yield
-        finally:
-            _exporting[0] -= 1
-
-    return guard()
+    """MLX's own mx.fast functions inside (api's export_function/exporter)."""
+    _exporting[0] += 1
+    try:
+        yield
+    finally:
+        _exporting[0] -= 1
 
 
 _OURS = {"rms_norm": rms_norm, "layer_norm": layer_norm, "rope": rope,

@@ -73,14 +73,15 @@ class _NullNative:
         self.lib = lib
         self._entry = ctypes.cast(lib.null_launch, ctypes.c_void_p).value
         self._end = 0
+        from mlx_amd.runtime import bridge
+
+        self._launch = bridge.launch
 
     def __call__(self, fn, grid, block, args, shared_mem, stream):
         # through the bridge, as NativeLauncher does (a ctypes call here cost ~1.5 us, which
         # the real launcher does not pay)
-        from mlx_amd.runtime import bridge
-
-        bridge.launch(self._entry, self._end, fn.value or 0, grid[0], grid[1], grid[2], block[0], block[1],
-                      block[2], shared_mem, 0, args)
+        self._launch(self._entry, self._end, fn.value or 0, grid[0], grid[1], grid[2], block[0], block[1],
+                     block[2], shared_mem, 0, args)
 
     @property
     def launches(self):
