@@ -96,6 +96,18 @@ nb::tuple int_tuple(const V& v) {
   return nb::steal<nb::tuple>(t);
 }
 
+// The lowest and highest element offsets, relative to an array's first element, that its
+// shape and strides address (negative strides reach below it).
+template <class Shape, class Strides>
+inline std::pair<int64_t, int64_t> element_span(const Shape& shape, const Strides& strides) {
+  int64_t lo = 0, hi = 0;
+  for (size_t i = 0; i < strides.size(); ++i) {
+    int64_t d = static_cast<int64_t>(strides[i]) * (static_cast<int64_t>(shape[i]) - 1);
+    (d > 0 ? hi : lo) += d;
+  }
+  return {lo, hi};
+}
+
 // ---------------------------------------------------------------- launches
 // One launch through the driver's entry point (hipModuleLaunchKernel / cuLaunchKernel, one
 // prototype) by address, its argument struct as a blob through the vendors' "extra"

@@ -435,11 +435,9 @@ void Graph::view(int64_t out_slot, int64_t in_slot, const mx::Strides& strides,
   }
   if (out.size() > 0) {
     // Every addressed byte must lie inside the input's buffer.
-    int64_t lo = offset_elems, hi = offset_elems;
-    for (size_t i = 0; i < strides.size(); ++i) {
-      int64_t d = strides[i] * (static_cast<int64_t>(out.shape(i)) - 1);
-      (d > 0 ? hi : lo) += d;
-    }
+    auto [lo, hi] = element_span(out.shape(), strides);
+    lo += offset_elems;
+    hi += offset_elems;
     auto isz = static_cast<int64_t>(out.itemsize());
     int64_t first = in.offset() + lo * isz;
     int64_t end = in.offset() + (hi + 1) * isz;

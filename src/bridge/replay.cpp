@@ -265,11 +265,7 @@ void Graph::record(Program& prog, int64_t n, int kind) {
 // than asked, and their slack bytes made equal values look different to the cache (a fresh
 // scalar of each decode step uploaded again whenever it landed in another block).
 static size_t addressed_bytes(const mx::array& a, size_t buffer_bytes) {
-  int64_t hi = 0;
-  for (size_t i = 0; i < a.ndim(); ++i) {
-    int64_t d = (static_cast<int64_t>(a.shape(i)) - 1) * a.strides()[i];
-    if (d > 0) hi += d;
-  }
+  const int64_t hi = element_span(a.shape(), a.strides()).second;
   int64_t end = a.offset() + (hi + 1) * static_cast<int64_t>(a.itemsize());
   return end > 0 && static_cast<size_t>(end) < buffer_bytes ? static_cast<size_t>(end) : buffer_bytes;
 }

@@ -199,11 +199,7 @@ bool dtype_view(const mx::array& in, mx::array& out) {
 void strided_view(const mx::array& in, mx::array& out,
                   const mx::Strides& st, int64_t offset_elems) {
   // data_size: the span of elements the view addresses.
-  int64_t lo = 0, hi = 0;
-  for (size_t i = 0; i < st.size(); ++i) {
-    int64_t d = st[i] * (static_cast<int64_t>(out.shape(i)) - 1);
-    (d > 0 ? hi : lo) += d;
-  }
+  auto [lo, hi] = element_span(out.shape(), st);
   size_t data_size = out.size() == 0 ? 0 : static_cast<size_t>(hi - lo + 1);
   auto [nb_size, rc, cc] = mx::check_contiguity(out.shape(), st);
   auto flags = in.flags();
