@@ -65,6 +65,13 @@ def _made_here(meta):
     return (None, 0, 0, _plan.row_strides(shape), math.prod(shape), 0, True, len(shape) <= 1, True, 0)
 
 
+def _in_sig(metas, ins, infos) -> tuple:
+    """Per input (slot row, strides, data size, row-contiguous, contiguous): what a plan
+    depends on (Graph.node_key packs the same into bytes). info rows: (key, data_ptr,
+    offset_bytes, strides, data_size, nbytes, row, col, contig, ours)."""
+    return tuple([(metas[s], inf[3], inf[4], inf[6], inf[8]) for s, inf in zip(ins, infos)])
+
+
 def _single_args(single, in_ptrs, out_ptrs) -> bytes:
     """The argument blob of a prepared one-launch plan (Evaluator._single)."""
     pack, tail, refs = single[4], single[5], single[6]
@@ -753,10 +760,7 @@ class Evaluator:
             if None in infos:
                 return False
             itemsizes = [_ITEMSIZE[metas[s][1]] for s in ins]
-            # a group's signature is plain tuples (cheap to hash)
-            # info: (key, data_ptr, offset_bytes, strides, data_size, nbytes, row, col, contig, ours)
-            # (list comprehensions, not generators: inlined since Python 3.12)
-            in_sig = tuple([(metas[s], inf[3], inf[4], inf[6], inf[8]) for s, inf in zip(ins, infos)])
+            in_sig = _in_sig(metas, ins, infos)   # a group's signature: plain tuples
             sig = (prim, params, in_sig, tuple([metas[o] for o in outs]), sizes)
         else:
             # one node: the bridge packs its layouts into bytes (Graph.node_key) and hands its
@@ -769,7 +773,7 @@ class Evaluator:
         entry = self.plans.get(sig)
         if entry is None:
             if in_sig is None:   # Layouts are built on a miss only
-                in_sig = tuple([(metas[s], inf[3], inf[4], inf[6], inf[8]) for s, inf in zip(ins, infos)])
+                in_sig = _in_sig(metas, ins, infos)
             out_sig = tuple([metas[o] for o in outs])
             if len(self.plans) >= MAX_PLANS:
                 for k in list(self.plans)[: MAX_PLANS // 2]:   # the oldest half
