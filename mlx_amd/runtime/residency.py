@@ -332,15 +332,7 @@ class Residency:
         returns bytes copied. The copies are queued together and waited for once (a CPU
         fallback node with several device-made inputs syncs once, not per input); waits
         whenever the device wrote a buffer, even in unified mode."""
-        n, copied, recs = 0, False, self._recs
-        for key in keys:
-            rec = recs.get(key)
-            if rec is not None and rec.lo < rec.hi:
-                n += self._download(rec, stream)
-                copied = True
-        if copied:
-            self.driver.stream_synchronize(stream)
-        return n
+        return self.writeback(list(keys), stream)
 
     def writeback(self, keys_alive: Optional[Iterable[int]] = None, stream=None,
                   sync: bool = True, collect: Optional[list] = None) -> int:
