@@ -2,6 +2,8 @@
 #include "graph.h"
 #include "flatmap.h"
 
+#include <nanobind/stl/vector.h>   // view_node returns drain_freed()'s tokens
+
 #include <algorithm>
 #include <atomic>
 #include <stdexcept>
