@@ -88,6 +88,9 @@ AMD_ARCHS = ("gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1
              "gfx1102", "gfx1150", "gfx1151", "gfx1200", "gfx1201")
 GENERIC_ARCHS = ("gfx9-4-generic", "gfx11-generic", "gfx12-generic")
 NVIDIA_TARGETS = ("sm_90",)
+# The kernel emulator (hip_kernels/include/mlxa/emu.h): the same sources as x86-64 shared
+# objects for the CPU, one per wave width; what CI runs the GPU suite on.
+EMU_TARGETS = ("emu32", "emu64")
 # 2: files stored xz-compressed, entries carry image_sha256/image_size (v1: plain files).
 MANIFEST_VERSION = 2
 COMPRESSION = "xz"
@@ -100,6 +103,11 @@ AMD_FLAGS = ["-x", "hip", "--cuda-device-only", "--no-gpu-bundle-output", "-O3",
 # clang's HIP treats constexpr functions as host+device; this makes nvcc agree, so the
 # same sources need no __host__ __device__ on every constexpr helper.
 NVCC_FLAGS = ["-x", "cu", "-O3", "-std=c++17", "--expt-relaxed-constexpr"]
+# -O1: the emulator's speed comes from few context switches, not from code quality, and
+# -O1 compiles the 23 families in about a minute per width on two cores. No contraction:
+# the results should be the source's arithmetic, compared with MLX's CPU.
+EMU_FLAGS = ["-x", "c++", "-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden",
+             "-ffp-contract=off", "-w"]
 ERROR_LINES = 40  # compiler output shown per failure; the full text goes to build/kernels/logs
 
 
@@ -114,8 +122,10 @@ def kind_of(target: str) -> str:
         return "amd"
     if re.fullmatch(r"sm_[0-9]+[a-z]?", target):
         return "nvidia"
+    if target in EMU_TARGETS:
+        return "emu"
     raise BuildError(f"unknown target {target!r}: expected an AMD arch like gfx1100 "
-                     f"(or gfx11-generic) or an NVIDIA one like sm_90")
+                     f"(or gfx11-generic), an NVIDIA one like sm_90, or emu32/emu64 (the kernel emulator)")
 
 
 def amd_code_object_version(arch: str) -> int:
@@ -127,6 +137,8 @@ def outputs_for(family: str, target: str) -> dict:
     compressed files; ``compiled_name`` gives the compiler's name for each."""
     if kind_of(target) == "amd":
         return {"file": f"{target}/{family}.co{COMPRESSED_SUFFIX}"}
+    if kind_of(target) == "emu":
+        return {"file": f"{target}/{family}.so{COMPRESSED_SUFFIX}"}
     return {"file": f"{target}/{family}.cubin{COMPRESSED_SUFFIX}",
             "ptx": f"{target}/{family}.ptx{COMPRESSED_SUFFIX}"}
 
@@ -177,8 +189,8 @@ def detect_gpus() -> tuple:
 
 
 def select_targets(arch: str | None, target: str, generic: bool) -> list:
-    if target not in ("amd", "nvidia", "all"):
-        raise BuildError(f"--target must be amd, nvidia or all, not {target!r}")
+    if target not in ("amd", "nvidia", "emu", "all"):
+        raise BuildError(f"--target must be amd, nvidia, emu or all, not {target!r}")
     if arch == "auto":
         # this machine's GPUs (pip install's kernel build); none is not an error there
         chosen, other = detect_gpus()
@@ -202,6 +214,8 @@ def select_targets(arch: str | None, target: str, generic: bool) -> list:
         chosen += list(AMD_ARCHS) + (list(GENERIC_ARCHS) if generic else [])
     if target in ("nvidia", "all"):
         chosen += list(NVIDIA_TARGETS)
+    if target == "emu":   # not in "all": the emulator is a test target, not a GPU
+        chosen += list(EMU_TARGETS)
     return chosen
 
 
@@ -213,6 +227,9 @@ def compile_argv(target: str, family: str, src: Path, include_dirs: list, out_di
         flags = AMD_FLAGS + [f"--offload-arch={target}",
                              f"-mcode-object-version={amd_code_object_version(target)}"]
         return [flags + inc + ["-o", str(out_dir / compiled_name(outs["file"])), str(src)]]
+    if kind_of(target) == "emu":   # src: the family's emulator wrapper (Project.emu_wrapper)
+        return [EMU_FLAGS + [f"-DMLXA_EMU_WAVE={target[3:]}"] + inc
+                + ["-o", str(out_dir / compiled_name(outs["file"])), str(src)]]
     # PTX first, then the cubin from that PTX: nvcc's own pipeline (front end -> PTX ->
     # ptxas) run once instead of twice; the cubin is identical to a direct -cubin build.
     sm = target.split("_", 1)[1]
@@ -370,6 +387,13 @@ def find_amd(rocm_chroot: str | None) -> Toolchain:
                      "or build only the NVIDIA target with --target nvidia")
 
 
+def find_emu() -> Toolchain:
+    for c in (os.environ.get("CXX"), shutil.which("g++"), shutil.which("c++"), shutil.which("clang++")):
+        if c and os.access(c, os.X_OK):
+            return Toolchain("emu", c)
+    raise BuildError("no C++ compiler for the kernel emulator targets: install g++ or set CXX")
+
+
 def find_nvidia() -> Toolchain:
     cands = [shutil.which("nvcc")]
     if os.environ.get("CUDA_HOME"):
@@ -471,6 +495,24 @@ class Project:
                 write_atomic(p, data)
         return shas
 
+    def emu_wrapper(self, family: str) -> Path:
+        """The emulator's translation unit of a family: its source, then one launch entry per
+        kernel of the table (mlxa/emu.h), written where changed."""
+        names = self.table_kernels(family)
+        if names is None:
+            names = self.emu_kernels_from_source(family)
+        text = (f'#include "{family}.hip"\n' + "".join(f"MLXA_EMU_ENTRY({n})\n" for n in names)
+                + "MLXA_EMU_MODULE_INFO\n").encode()
+        p = self.gen_dir / f"{family}.emu.cpp"
+        if not p.is_file() or p.read_bytes() != text:
+            write_atomic(p, text)
+        return p
+
+    def emu_kernels_from_source(self, family: str) -> list:
+        """Kernel names of a family the table does not list (smoke): its MLXA_GLOBAL definitions."""
+        src = (self.src_dir / f"{family}.hip").read_text()
+        return sorted(set(re.findall(r"MLXA_GLOBAL\s+void\s+(?:MLXA_LAUNCH_BOUNDS(?:_MIN)?\([^)]*\)\s+)?(\w+)\s*\(", src)))
+
     def header_digest(self) -> str:
         """Every header under hip_kernels/include."""
         return self._digest(p for p in self.include_dir.rglob("*") if p.is_file()) \
@@ -508,7 +550,8 @@ class Project:
 
     def toolchain(self, kind: str) -> Toolchain:
         if kind not in self._toolchains:
-            self._toolchains[kind] = find_amd(self.rocm_chroot) if kind == "amd" else find_nvidia()
+            self._toolchains[kind] = {"amd": lambda: find_amd(self.rocm_chroot), "nvidia": find_nvidia,
+                                      "emu": find_emu}[kind]()
         return self._toolchains[kind]
 
     def stamp_path(self, family: str, target: str) -> Path:
@@ -575,10 +618,11 @@ def plan(proj: Project, targets: list) -> list:
         tc = proj.toolchain(kind_of(t))
         version = tc.version(proj.root)
         for fam in families:
+            extra = {"wrapper": sha256_file(proj.emu_wrapper(fam))} if kind_of(t) == "emu" else {}
             key = sha256_bytes(json.dumps({
                 "rules": RULES_VERSION, "target": t, "source": sha256_file(proj.src_dir / f"{fam}.hip"),
                 "headers": headers[fam], "inc": inc[fam], "compiler": version, "flags": flag_signature(t),
-            }, sort_keys=True).encode())
+                **extra}, sort_keys=True).encode())
             units.append(Unit(fam, t, key, outputs_for(fam, t)))
     return units
 
@@ -663,12 +707,12 @@ def _run_batch(proj: Project, kind: str, units: list, report: Report) -> list:
     tc = proj.toolchain(kind)
     work = proj.build_dir / "work" / kind
     shutil.rmtree(work, ignore_errors=True)
-    incs = [proj.include_dir, proj.gen_dir]
+    incs = [proj.include_dir, proj.gen_dir] + ([proj.src_dir] if kind == "emu" else [])
     jobs = []
     for u in units:
         (work / u.target).mkdir(parents=True, exist_ok=True)
-        cmds = [[tc.compiler] + a for a in compile_argv(u.target, u.family, proj.src_dir / f"{u.family}.hip",
-                                                        incs, work / u.target)]
+        src = proj.emu_wrapper(u.family) if kind == "emu" else proj.src_dir / f"{u.family}.hip"
+        cmds = [[tc.compiler] + a for a in compile_argv(u.target, u.family, src, incs, work / u.target)]
         jobs.append({"id": u.id, "cmds": cmds})
     jobs_file, results_file = work / "jobs.json", work / "results.json"
     jobs_file.write_text(json.dumps(jobs))
@@ -732,7 +776,7 @@ def _build(proj: Project, targets: list) -> Report:
         else:
             todo.append(u)
     errors = []
-    for kind in ("amd", "nvidia"):
+    for kind in ("amd", "nvidia", "emu"):
         batch = [u for u in todo if u.kind == kind]
         if batch:
             errors += _run_batch(proj, kind, batch, report)
@@ -1044,6 +1088,9 @@ def check(proj: Project, targets=None) -> list:
                         problems.append(f"{where}: kernels without metadata in {e['file']}: "
                                         f"{_names(have - set(kernels))}")
                     problems += [f"{where}: {p}" for p in resource_problems(t, kernels)]
+            elif kind_of(t) == "emu":
+                if obj.machine != elf.EM_X86_64:
+                    problems.append(f"{where}: {e['file']} is not an x86-64 emulator module")
             elif obj.machine != elf.EM_CUDA:
                 problems.append(f"{where}: {e['file']} is not a CUDA cubin")
             if "ptx" in e:
@@ -1229,7 +1276,7 @@ def _parser() -> argparse.ArgumentParser:
                          "or report their registers, LDS, scratch, occupancy and sizes")
     ap.add_argument("--arch", help="comma-separated targets, e.g. gfx1100,gfx942 or sm_90; "
                                    "auto: this machine's GPUs (amdgpu-arch/rocminfo, nvidia-smi)")
-    ap.add_argument("--target", default="all", choices=("amd", "nvidia", "all"))
+    ap.add_argument("--target", default="all", choices=("amd", "nvidia", "emu", "all"))
     ap.add_argument("--generic", action="store_true",
                     help="also build " + ", ".join(GENERIC_ARCHS) + " (code object v6, newer runtimes only)")
     ap.add_argument("-j", "--jobs", type=int, default=len(os.sched_getaffinity(0)),

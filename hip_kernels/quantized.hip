@@ -552,7 +552,7 @@ MLXA_DEVICE bool qmv_h2_stage(Vec<uint32_t, 4>* xs, uint32_t nch, uint32_t c, co
   return fabsf(sx) <= 3.4028234663852886e38f;
 }
 
-extern __shared__ Vec<uint32_t, 4> qmv_h2_x[];
+MLXA_DYNAMIC_SHARED(qmv_h2_x, Vec<uint32_t, 4>);
 
 // The matrix (QmvArgs' or a sibling's) that row block rb of qmv_h2 belongs to: its operands,
 // its first global row and its rows. Siblings start on a row-block boundary (the launcher).
@@ -726,6 +726,9 @@ MLXA_DEVICE uint32_t qmv_a_pair(uint32_t v) {
     uint32_t r;
     asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(h), "r"(0x64006400u));
     return r;
+#elif MLXA_PLATFORM_EMU
+    const float lo = to_float(half{(unsigned short)h}) - 1024.0f, hi = to_float(half{(unsigned short)(h >> 16)}) - 1024.0f;
+    return (uint32_t)to_half(lo).bits | ((uint32_t)to_half(hi).bits << 16);
 #else
     typedef _Float16 f16x2 __attribute__((ext_vector_type(2)));
     const f16x2 d = __builtin_bit_cast(f16x2, h) - (f16x2){(_Float16)1024.0f, (_Float16)1024.0f};

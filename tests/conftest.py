@@ -30,7 +30,8 @@ def _make_runtime(kind):
 
     drv = get_driver()
     if drv.platform == "host":
-        pytest.fail("GPU tests need a GPU driver (MLX_AMD_DRIVER=hip|cuda), got the host driver")
+        pytest.fail("GPU tests need a GPU driver (MLX_AMD_DRIVER=hip|cuda) or the kernel emulator (emu), "
+                    "got the host driver")
     if kind == "gpu-unified":  # the APU memory model, on managed memory
         return Runtime(drv, memory_mode="unified")
     return context.get_runtime()

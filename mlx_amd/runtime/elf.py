@@ -25,6 +25,8 @@ __all__ = [
 ]
 
 EM_CUDA = 190
+EM_X86_64 = 62
+EMU_ENTRY = "mlxa_emu_entry_"   # the kernel emulator's exported launch entries (mlxa/emu.h)
 EM_AMDGPU = 224
 ELFOSABI_AMDGPU_HSA = 64
 
@@ -211,7 +213,8 @@ def kernel_names(elf: ElfFile) -> set:
     """Names of the kernels (launchable entry points) an object defines.
 
     AMD: a global function with a ``<name>.kd`` kernel descriptor beside it.
-    NVIDIA: a global function nvcc flagged as an entry point. Other machines:
+    NVIDIA: a global function nvcc flagged as an entry point. The kernel emulator's
+    x86-64 modules: ``<name>`` for each ``mlxa_emu_entry_<name>``. Other machines:
     every defined global function.
     """
     funcs = {s.name for s in elf.symbols
@@ -220,6 +223,8 @@ def kernel_names(elf: ElfFile) -> set:
     if elf.machine == EM_AMDGPU:
         kds = {s.name[:-3] for s in elf.symbols if s.defined and s.name.endswith(".kd")}
         return funcs & kds
+    if elf.machine == EM_X86_64 and any(f.startswith(EMU_ENTRY) for f in funcs):
+        return {f[len(EMU_ENTRY):] for f in funcs if f.startswith(EMU_ENTRY)}
     return funcs
 
 

@@ -314,10 +314,12 @@ def has_wmma(arch: str) -> bool:
 
 def matrix_tiles(arch: str, dtype: str):
     """The backend of mlxa/mma.h for 16-bit ``dtype`` tiles on ``arch``: "mma_sync" (NVIDIA
-    sm_80+), "mfma" (CDNA; bfloat16 from gfx90a), "wmma" (gfx11), "wmma_gfx12", or None."""
+    sm_80+, and the kernel emulator's emu32), "mfma" (CDNA; bfloat16 from gfx90a), "wmma" (gfx11), "wmma_gfx12", or None."""
     if dtype not in ("float16", "bfloat16"):
         return None
     a = arch.split(":")[0]
+    if a == "emu32":       # the kernel emulator models mma.sync's layouts at wave 32
+        return "mma_sync"
     if a.startswith("sm_"):
         return "mma_sync" if a[3:].isdigit() and int(a[3:]) >= 80 else None
     if has_mfma(a):

@@ -128,6 +128,9 @@ class Modules:
             for generic, members in GENERIC_TARGETS.items():
                 if arch in members and kinds.get(generic) == "amd":
                     return generic, "file"
+        elif platform == "emu":
+            if kinds.get(arch) == "emu":
+                return arch, "file"
         elif platform == "nvidia" and _sm(arch):
             major, minor = _sm(arch)
             cubins = sorted((_sm(t), t) for t, k in kinds.items()

@@ -330,6 +330,7 @@ def test_large_offsets_use_64_bit_index(gpu):
     assert_same(download(gpu, o, "float16", shape), ref_a.astype(mx.float16), "astype i64")
 
 
+@pytest.mark.large
 def test_more_than_2_31_elements(gpu):
     """Contiguous kernels index with 64 bits: 2^31 + 6 uint8 -> bool (2 GiB each way)."""
     shape = (2, 2**30 + 3)

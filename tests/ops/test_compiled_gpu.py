@@ -135,6 +135,7 @@ def test_multiple_outputs(gpu_runtime, fresh_jit):
     check_compiled(mx.compile(fn), rnd((50, 3), mx.float32, 1.0), rnd((50, 3), mx.float32, 1.0))
 
 
+@pytest.mark.vendor
 def test_shapeless_recompiles_only_for_new_dtypes(gpu_runtime, fresh_jit):
     # the generated source carries no shapes (strides and extents are arguments), so
     # neither a new shape nor a new rank compiles again; a new dtype does
@@ -146,6 +147,7 @@ def test_shapeless_recompiles_only_for_new_dtypes(gpu_runtime, fresh_jit):
     assert fresh_jit.stats["compiles"] == 2
 
 
+@pytest.mark.vendor
 def test_disk_cache_is_used_by_a_fresh_process_cache(gpu_runtime, fresh_jit):
     cf = mx.compile(lambda a: nn.gelu_approx(a) * 3)
     check_compiled(cf, rnd((8, 8), mx.float32))

@@ -18,7 +18,7 @@ import pytest
 
 from oracle import check_gpu, plain_mlx
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.vendor]
 
 P = ("FFT",)
 F = mx.fft

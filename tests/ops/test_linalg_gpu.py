@@ -14,7 +14,7 @@ import pytest
 
 from oracle import check_gpu, plain_mlx
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.vendor]
 
 DT = {"f32": mx.float32, "f64": mx.float64}
 TOL = {mx.float32: 1e-4, mx.float64: 1e-10}

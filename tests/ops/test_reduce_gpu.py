@@ -202,6 +202,7 @@ def test_complex_min_max_order_rules(gpu_runtime, wave):
         check_gpu(lambda a: f(a, axis=0), y, prims=PRIMS)
 
 
+@pytest.mark.large
 def test_larger_than_int32_elements(gpu_runtime):
     # MLX's dimensions are 32-bit, so more than 2^31 elements take two dimensions; reducing
     # over all of them or along either one needs 64-bit offsets

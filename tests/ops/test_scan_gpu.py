@@ -132,7 +132,8 @@ def test_layouts(gpu_runtime, wave, op):
 
 
 @pytest.mark.parametrize("dtype,shape", [("float32", (2, 100000)), ("int32", (1, 300001)), ("float64", (3, 70000)),
-                                         ("uint8", (1, 200000)), ("int64", (2, 90001)), ("float32", (1, 1 << 22)),
+                                         ("uint8", (1, 200000)), ("int64", (2, 90001)),
+                                         pytest.param("float32", (1, 1 << 22), marks=pytest.mark.large),
                                          ("bfloat16", (5, 123457))])
 @pytest.mark.parametrize("single_pass", [True, False], ids=["lookback", "two-pass"])
 def test_long_rows_split(gpu_runtime, wave, dtype, shape, single_pass, monkeypatch):

@@ -133,6 +133,7 @@ def test_sort_argsort_radix(gpu_runtime, wave, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.large
 def test_radix_subtiles(gpu_runtime, wave, dtype):
     """Rows long enough that each radix block walks several sub-tiles (the count of them
     scales with the rows' total size against the device's multiprocessors), the last
@@ -143,7 +144,7 @@ def test_radix_subtiles(gpu_runtime, wave, dtype):
 
 
 @pytest.mark.parametrize("shape,axis", [((1 << 20,), 0), ((5000, 3), 0), ((2, 12289, 2), 1),
-                                        (((1 << 22) + 1000,), 0)])
+                                        pytest.param(((1 << 22) + 1000,), 0, marks=pytest.mark.large)])
 def test_radix_shapes(gpu_runtime, wave, shape, axis):
     rng = np.random.default_rng(5)
     x = mx.array(rng.standard_normal(shape).astype(np.float32))

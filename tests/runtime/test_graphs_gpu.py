@@ -20,6 +20,7 @@ def test_graph_selftest_passes_here(gpu_runtime, monkeypatch):
     assert after["launches"] > before["launches"] and after["failures"] == before["failures"]
 
 
+@pytest.mark.large
 def test_decode_tokens_same_with_and_without_graphs(gpu_runtime, monkeypatch):
     from mlx_amd import llm
 
@@ -38,6 +39,7 @@ def test_decode_tokens_same_with_and_without_graphs(gpu_runtime, monkeypatch):
     assert runs[True] == runs[False]
 
 
+@pytest.mark.large
 def test_decode_with_the_default_graph_policy_matches_eager(gpu_runtime, monkeypatch):
     # the suite builds graphs at the first replay (conftest); the default waits for two eager
     # replays per program: the same tokens, graphs launched only once programs came back

@@ -266,6 +266,7 @@ def test_small_constants_by_value_across_replays_and_a_cache_restart(gpu_runtime
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.vendor
 def test_replayed_gemms_run_natively_and_match(gpu_runtime, monkeypatch, dtype):
     """Replayed GEMMs (a plain product, AddMM with alpha/beta, a batched product over a
     transposed operand, a product whose input is a slice at an odd offset) call the vendor

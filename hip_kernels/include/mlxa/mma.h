@@ -2,6 +2,7 @@
 // per target, chosen here at compile time (kernels never test a vendor macro):
 //
 //   NVIDIA (sm_80+)      mma.sync m16n8k16, operands through ldmatrix      wave 32
+//                        (also the kernel emulator at wave 32: the same layouts, modelled)
 //   CDNA (MFMA)          v_mfma_f32_16x16x16{f16,bf16_1k}                   wave 64
 //   RDNA3 (gfx11 WMMA)   v_wmma_f32_16x16x16_{f16,bf16}, wave32 operands    wave 32
 //   RDNA4 (gfx12 WMMA)   the gfx12 forms (half-size operands per lane)       wave 32
@@ -18,7 +19,8 @@
 // tile by what a backend's registers afford: gfx11 repeats each operand in both halves of
 // the wave, and 32 keys at head dim 128 already spilled there.
 //
-// Only the NVIDIA backend runs anywhere in this project's testing (on the H200). The AMD
+// Only the NVIDIA backend runs anywhere in this project's testing (on the H200, and modelled in
+// the kernel emulator). The AMD
 // ones compile for their archs in CI; their lane layouts follow AMD's ISA documents and
 // are checked at first use on a real device against the portable twin (ops/sdpa.py).
 #pragma once
@@ -26,7 +28,8 @@
 #include "platform.h"
 #include "types.h"
 
-#if MLXA_PLATFORM_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if (MLXA_PLATFORM_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) || \
+    (MLXA_PLATFORM_EMU && MLXA_EMU_WAVE == 32)
 #define MLXA_MMA_SYNC 1
 #else
 #define MLXA_MMA_SYNC 0
@@ -88,6 +91,53 @@ struct Tiles {
 // column 8 (e / 4) + 2 t + e % 2. The accumulator of S is, register for register, the A
 // operand of P V (rows g / g + 8, keys 2t.. and 8 + 2t..).
 template <typename T> MLXA_DEVICE void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1);
+#if MLXA_PLATFORM_EMU
+// The kernel emulator's model of the instructions below, from PTX's fragment layouts (g = lane / 4,
+// t = lane % 4; a 32-bit register holds two 16-bit elements, the lower column in its low half):
+//   A (16 x 16): register (r / 8) + 2 (k / 8) of lane 4 (r % 8) + (k % 8) / 2, half k % 2
+//   B (16 x 8):  register k / 8 of lane 4 n + (k % 8) / 2, half k % 2
+//   C (16 x 8):  c[i] of lane 4 (r % 8) + n / 2: r = g + 8 (i / 2), n = 2 t + i % 2
+// Products of 16-bit values are exact in float; they are summed in k order.
+template <typename T> MLXA_DEVICE float half_of(uint32_t r, int h) { return to_float(T{(unsigned short)(r >> (16 * h))}); }
+template <typename T>
+MLXA_DEVICE void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  struct Frag { uint32_t a[4], b[2]; };
+  Frag all[32];
+  mlxa_emu::all_gather(Frag{{a[0], a[1], a[2], a[3]}, {b0, b1}}, all);
+  const int lane = mlxa_emu::g.cur->lane, g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int r = g + 8 * (i / 2), n = 2 * t + i % 2;
+    float acc = c[i];
+    for (int k = 0; k < 16; ++k) {
+      const float x = half_of<T>(all[4 * (r % 8) + (k % 8) / 2].a[r / 8 + 2 * (k / 8)], k % 2);
+      const float y = half_of<T>(all[4 * n + (k % 8) / 2].b[k / 8], k % 2);
+      acc += x * y;
+    }
+    c[i] = acc;
+  }
+}
+// ldmatrix .x4: lane l addresses row l % 8 of matrix l / 8; register i of lane l receives
+// matrix i's row l / 4, columns 2 (l % 4) and + 1 (.trans: column l / 4 of rows 2 (l % 4), + 1).
+template <bool kTrans>
+MLXA_DEVICE void ldmatrix4_model(uint32_t* r, const void* p) {
+  const unsigned short* rows[32];
+  mlxa_emu::all_gather((const unsigned short*)p, rows);
+  const int l = mlxa_emu::g.cur->lane;
+  for (int i = 0; i < 4; ++i) {
+    unsigned lo, hi;
+    if (kTrans) {
+      lo = rows[8 * i + 2 * (l % 4)][l / 4];
+      hi = rows[8 * i + 2 * (l % 4) + 1][l / 4];
+    } else {
+      lo = rows[8 * i + l / 4][2 * (l % 4)];
+      hi = rows[8 * i + l / 4][2 * (l % 4) + 1];
+    }
+    r[i] = lo | (hi << 16);
+  }
+}
+MLXA_DEVICE void ldmatrix4(uint32_t* r, const void* p) { ldmatrix4_model<false>(r, p); }
+MLXA_DEVICE void ldmatrix4_trans(uint32_t* r, const void* p) { ldmatrix4_model<true>(r, p); }
+#else
 template <> MLXA_DEVICE void mma16816<half>(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -110,6 +160,7 @@ MLXA_DEVICE void ldmatrix4_trans(uint32_t* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
 }
+#endif  // MLXA_PLATFORM_EMU
 
 template <typename T>
 struct Tiles<T, std::enable_if_t<std::is_same_v<T, half> || std::is_same_v<T, bfloat16>>> {
@@ -133,12 +184,16 @@ struct Tiles<T, std::enable_if_t<std::is_same_v<T, half> || std::is_same_v<T, bf
   }
   // round to nearest even in one instruction (P is finite: no NaN rule to keep)
   MLXA_DEVICE static uint32_t pack2(float lo, float hi) {
+#if MLXA_PLATFORM_EMU
+    return (uint32_t)bits16<T>(lo) | ((uint32_t)bits16<T>(hi) << 16);
+#else
     uint32_t r;
     if constexpr (std::is_same_v<T, bfloat16>)
       asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     else
       asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
+#endif
   }
   MLXA_DEVICE static P pack(const Acc& s, int) {
     return P{{pack2(s.v[0], s.v[1]), pack2(s.v[2], s.v[3]), pack2(s.v[4], s.v[5]), pack2(s.v[6], s.v[7])}};

@@ -1,20 +1,28 @@
 // The only file where vendor names differ. Kernel files include this and use
 // the mlxa:: names below; they never test a vendor macro themselves.
 //
-// Compiles as HIP (hipcc / clang, __HIP_PLATFORM_AMD__) for AMD GPUs and as
-// CUDA (nvcc -x cu) for the NVIDIA test GPU.
+// Compiles as HIP (hipcc / clang, __HIP_PLATFORM_AMD__) for AMD GPUs, as CUDA (nvcc -x cu)
+// for the NVIDIA test GPU, and as plain C++ for the kernel emulator (MLXA_EMU_WAVE set:
+// mlxa/emu.h says what that runs and what it proves).
 #pragma once
 
 #include "args.h"
 
-#if defined(__HIP_PLATFORM_AMD__) || defined(__HIP__)
+#if defined(MLXA_EMU_WAVE)
+#define MLXA_PLATFORM_AMD 0
+#define MLXA_PLATFORM_NVIDIA 0
+#define MLXA_PLATFORM_EMU 1
+#include "emu.h"
+#elif defined(__HIP_PLATFORM_AMD__) || defined(__HIP__)
 #define MLXA_PLATFORM_AMD 1
 #define MLXA_PLATFORM_NVIDIA 0
+#define MLXA_PLATFORM_EMU 0
 #include <hip/hip_runtime.h>
 #include <hip/hip_fp16.h>
 #elif defined(__CUDACC__)
 #define MLXA_PLATFORM_AMD 0
 #define MLXA_PLATFORM_NVIDIA 1
+#define MLXA_PLATFORM_EMU 0
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -52,7 +60,7 @@
 #define MLXA_WAVE_SIZE 64
 #elif defined(__GFX10__) || defined(__GFX11__) || defined(__GFX12__)
 #define MLXA_WAVE_SIZE 32   // we never build with -mwavefrontsize64
-#endif
+#endif                      // (the emulator's comes from emu.h)
 
 // ---- named capabilities (0/1 on every target; the host twin is in kernel_table.py) --
 #if defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx940__) || \
@@ -119,8 +127,16 @@ MLXA_DEVICE void copy_async_commit() {}
 template <int N> MLXA_DEVICE void copy_async_wait() {}
 #endif
 
+// The block's dynamic shared memory (the launch's shared-memory bytes), declared at
+// namespace scope: MLXA_DYNAMIC_SHARED(buf, float); then buf[i].
+#if MLXA_PLATFORM_EMU
+#define MLXA_DYNAMIC_SHARED(name, ...) constexpr ::mlxa_emu::DynamicShared<__VA_ARGS__> name {}
+#else
+#define MLXA_DYNAMIC_SHARED(name, ...) extern __shared__ __VA_ARGS__ name[]
+#endif
+
 // Abort the kernel (a launch the host side must never make); the launch then fails.
-#if MLXA_PLATFORM_NVIDIA
+#if MLXA_PLATFORM_NVIDIA || MLXA_PLATFORM_EMU
 MLXA_DEVICE void trap() { __trap(); }
 #else
 MLXA_DEVICE void trap() { __builtin_trap(); }
@@ -134,6 +150,25 @@ template <typename T> MLXA_DEVICE T shfl_xor(T v, int mask, int width = warpSize
 template <typename T> MLXA_DEVICE T shfl_down(T v, unsigned d, int width = warpSize) { return __shfl_down_sync(MLXA_FULL_MASK, v, d, width); }
 template <typename T> MLXA_DEVICE T shfl_up(T v, unsigned d, int width = warpSize) { return __shfl_up_sync(MLXA_FULL_MASK, v, d, width); }
 #undef MLXA_FULL_MASK
+#elif MLXA_PLATFORM_EMU
+// The hardware's rules within segments of `width` lanes: an index past the segment wraps
+// (shfl) or leaves the lane its own value (xor, up, down).
+template <typename T> MLXA_DEVICE T shfl(T v, int src, int width = warpSize) {
+  const int l = mlxa_emu::g.cur->lane;
+  return mlxa_emu::exchange(v, (l & ~(width - 1)) | (src & (width - 1)));
+}
+template <typename T> MLXA_DEVICE T shfl_xor(T v, int mask, int width = warpSize) {
+  const int l = mlxa_emu::g.cur->lane, j = l ^ mask;
+  return mlxa_emu::exchange(v, j >= ((l + width) & ~(width - 1)) ? l : j);
+}
+template <typename T> MLXA_DEVICE T shfl_down(T v, unsigned d, int width = warpSize) {
+  const int l = mlxa_emu::g.cur->lane;
+  return mlxa_emu::exchange(v, (l & (width - 1)) + (int)d >= width ? l : l + (int)d);
+}
+template <typename T> MLXA_DEVICE T shfl_up(T v, unsigned d, int width = warpSize) {
+  const int l = mlxa_emu::g.cur->lane;
+  return mlxa_emu::exchange(v, (l & (width - 1)) < (int)d ? l : l - (int)d);
+}
 #else
 template <typename T> MLXA_DEVICE T shfl(T v, int src, int width = warpSize) { return __shfl(v, src, width); }
 template <typename T> MLXA_DEVICE T shfl_xor(T v, int mask, int width = warpSize) { return __shfl_xor(v, mask, width); }
@@ -150,6 +185,10 @@ MLXA_DEVICE void sync_wave() { __syncwarp(); }
 MLXA_DEVICE void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
+#elif MLXA_PLATFORM_EMU
+MLXA_DEVICE unsigned long long ballot(bool p) { return mlxa_emu::ballot(p); }
+MLXA_DEVICE void sync_wave() { mlxa_emu::wave_barrier(); }
+MLXA_DEVICE void named_barrier(int id, int count) { mlxa_emu::named_barrier(id, count); }
 #else
 MLXA_DEVICE unsigned long long ballot(bool p) { return __ballot(p); }
 MLXA_DEVICE void sync_wave() { __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront"); __builtin_amdgcn_wave_barrier(); __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront"); }
@@ -170,6 +209,8 @@ template <typename T> MLXA_DEVICE T atomic_exch(T* p, T v) { return atomicExch(p
 // registers and make several passes over it under a register cap.
 #if MLXA_PLATFORM_NVIDIA
 MLXA_DEVICE void reg_fence(unsigned int& x) { asm volatile("" : "+r"(x)); }
+#elif MLXA_PLATFORM_EMU
+MLXA_DEVICE void reg_fence(unsigned int&) {}
 #else
 MLXA_DEVICE void reg_fence(unsigned int& x) { __asm__ volatile("" : "+v"(x)); }
 #endif

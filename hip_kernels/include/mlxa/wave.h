@@ -4,7 +4,8 @@
 // instantiated for both widths under names ending in _w32 / _w64; the launcher picks
 // device.wave_size (MLX_AMD_WAVE=64 forces the 64-wide variants on a 32-wide GPU).
 //   native    W equals the hardware width: shuffles and ballots of the hardware.
-//   emulated  W = 64 on the 32-wide NVIDIA test GPU: two consecutive warps act as one
+//   emulated  W = 64 on the 32-wide NVIDIA test GPU (and the 32-wide kernel emulator,
+//             emu32; emu64 runs W = 64 natively): two consecutive warps act as one
 //             wave, exchanging through shared memory with a 64-thread named barrier. This
 //             runs CDNA's 64-lane code paths (lane arithmetic, 64-bit ballots, two-level
 //             combines) on the H200. It does not prove: lockstep behaviour of a real
@@ -27,7 +28,8 @@ constexpr int kHardwareWave = 0;   // host pass: no device code is generated
 #endif
 
 template <int W> constexpr bool wave_native = (W == kHardwareWave);
-template <int W> constexpr bool wave_emulated = (MLXA_PLATFORM_NVIDIA && W == 64 && kHardwareWave == 32);
+template <int W> constexpr bool wave_emulated =
+    ((MLXA_PLATFORM_NVIDIA || MLXA_PLATFORM_EMU) && W == 64 && kHardwareWave == 32);
 template <int W> constexpr bool wave_supported = wave_native<W> || wave_emulated<W>;
 
 template <int W> MLXA_DEVICE int wave_lane() { return (int)threadIdx.x % W; }

@@ -56,6 +56,8 @@ _warned: set = set()
 
 
 def _factories(platform: str) -> list:
+    if platform == "emu":    # no vendor library on the emulator: the portable kernels
+        return []
     from .lt import LtEngine
     if platform == "nvidia":
         return [("lt", LtEngine)]

@@ -1,9 +1,9 @@
 """Driver selection: one process-wide driver, chosen at run time.
 
-``get_driver()`` returns it, created on first use. ``MLX_AMD_DRIVER=hip|cuda|host``
+``get_driver()`` returns it, created on first use. ``MLX_AMD_DRIVER=hip|cuda|host|emu``
 forces one; by default HIP is preferred, then CUDA, and the first that loads and
-reports a device wins. The GPU-less ``host`` driver is only ever used when asked
-for. ``probe()`` reports what was tried without raising (for ``mlx-amd info``).
+reports a device wins. The GPU-less ``host`` driver and the kernel emulator ``emu``
+(kernels run on the CPU) are only ever used when asked for. ``probe()`` reports what was tried without raising (for ``mlx-amd info``).
 
 Standard library only, and nothing happens at import: importing never fails
 because a library is missing.
@@ -40,8 +40,14 @@ def _make_host() -> Driver:
     return HostDriver()
 
 
+def _make_emu() -> Driver:
+    from .emu import EmuDriver
+    return EmuDriver()
+
+
 # name -> factory; tests replace entries to fake a vendor library
-FACTORIES: dict[str, Callable[[], Driver]] = {"hip": _make_hip, "cuda": _make_cuda, "host": _make_host}
+FACTORIES: dict[str, Callable[[], Driver]] = {"hip": _make_hip, "cuda": _make_cuda, "host": _make_host,
+                                              "emu": _make_emu}
 
 _lock = threading.RLock()
 _instances: dict[str, object] = {}     # name -> Driver, or the DriverUnavailable it raised

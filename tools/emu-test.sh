@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The GPU suite on the kernel emulator, on a machine without a GPU (docs/architecture.md,
+# "The kernel emulator"): builds the emulator's kernels (build_kernels.py --target emu, into
+# build/emu-kernels; cached like every target), then runs the GPU tests with MLX_AMD_DRIVER=emu
+# at wave 32 (graph replays once more with graphs on), and the wave-dependent families and the
+# emulator's own tests natively at wave 64.
+# Left out: `vendor` tests (vendor libraries: none on the emulator) and `large` ones (minutes
+# each there; they run on GPUs). Extra arguments go to both pytest runs.
+#
+#   tools/emu-test.sh                 # PYTHON (default .venv/bin/python) with mlx_amd installed
+#   PYTHON=python3 tools/emu-test.sh -x
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+KDIR=$(realpath -m "${MLX_AMD_EMU_KERNEL_DIR:-build/emu-kernels}")   # absolute: tests start subprocesses
+"$PY" build_kernels.py --target emu --out-dir "$KDIR" -j "$(nproc)" >/dev/null
+"$PY" build_kernels.py check --out-dir "$KDIR"
+export MLX_AMD_DRIVER=emu MLX_AMD_KERNEL_DIR="$KDIR"
+MARK="gpu and not vendor and not large"
+echo "== kernel emulator, wave 32: pytest -m '$MARK' tests"
+MLX_AMD_EMU_WAVE=32 "$PY" -m pytest -q -p no:cacheprovider -m "$MARK" tests "$@"
+echo "== kernel emulator, wave 32, graphs on (MLX_AMD_GRAPHS=1: through the self-test, as on AMD)"
+MLX_AMD_EMU_WAVE=32 MLX_AMD_GRAPHS=1 "$PY" -m pytest -q -p no:cacheprovider -m "$MARK" \
+  tests/runtime/test_graphs_gpu.py tests/runtime/test_replay_gpu.py "$@"
+echo "== kernel emulator, wave 64: the wave-dependent families"
+MLX_AMD_EMU_WAVE=64 "$PY" -m pytest -q -p no:cacheprovider -m "$MARK or not gpu" \
+  tests/ops/test_reduce_gpu.py tests/ops/test_scan_gpu.py tests/ops/test_sort_gpu.py \
+  tests/ops/test_softmax_gpu.py tests/ops/test_norm_gpu.py tests/ops/test_sdpa_gpu.py \
+  tests/ops/test_quantized_gpu.py tests/driver/test_emu.py "$@"
