@@ -1012,7 +1012,9 @@ class Evaluator:
         # which also builds the argument struct (the native launcher's Python method, its
         # thread check and packing in Python cost ~0.5 us a launch)
         native, direct = self.native, None
-        if native is not None and getattr(native, "_entry", None):
+        # (a launcher that must see every launch, e.g. a test counting them, sets
+        # direct_launches = False)
+        if native is not None and getattr(native, "direct_launches", True) and getattr(native, "_entry", None):
             stream = self.stream.value if self.stream is not None else 0
             packed = b"" if refs is None else struct.pack(f"<{3 * len(refs)}q", *[v for r in refs for v in r])
             direct = functools.partial(_bridge.launch_refs, native._entry, native._end, fn.value or 0,

@@ -33,7 +33,10 @@ def _x(K, dtype, seed):
 
 class _Counting:
     """The evaluator's native launcher, counting the launches Python makes (first
-    sightings); replays launch from native code, past it."""
+    sightings); replays launch from native code, past it. Plans made while it counts
+    launch through it, not straight through bridge.launch_refs."""
+
+    direct_launches = False
 
     def __init__(self, real):
         self.real, self.n = real, 0
