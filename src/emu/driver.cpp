@@ -54,7 +54,6 @@ struct Function {
   Entry entry;
   void (*fault)();   // the module's way out of a faulting kernel (mlxa_emu_fault)
   std::string name;
-  Module* module;
 };
 struct Module {
   void* handle = nullptr;
@@ -418,7 +417,7 @@ API int cuModuleGetFunction(void** out, void* m, const char* name) {
   if (it == mod->functions.end()) {
     auto e = (Entry)dlsym(mod->handle, ("mlxa_emu_entry_" + std::string(name)).c_str());
     if (!e) return fail(kNotFound, std::string("no kernel named ") + name + " in the module");
-    it = mod->functions.emplace(name, std::unique_ptr<Function>(new Function{e, mod->fault, name, mod})).first;
+    it = mod->functions.emplace(name, std::unique_ptr<Function>(new Function{e, mod->fault, name})).first;
   }
   *out = it->second.get();
   return kSuccess;
