@@ -74,15 +74,21 @@ class CudaDriver(TableDriver):
     format_version = staticmethod(format_version)
 
     def __init__(self, env: Mapping[str, str] = os.environ, opener: Callable = ctypes.CDLL):
+        cdll, path, tried = self._open(env, opener)
+        super().__init__(Library(cdll, "cuda", path), tried)
+        self._init_status = self.lib.init(0)
+        self._contexts: dict[int, ctypes.c_void_p] = {}
+
+    @staticmethod
+    def _open(env: Mapping[str, str], opener: Callable) -> tuple:
+        """(cdll, path, tried) of the library implementing the CUDA column of the table."""
         # libcuda belongs to the kernel driver's install: only the loader's search applies
         cdll, path, tried = open_library((), LIBRARY_NAMES, opener)
         if cdll is None:
             raise DriverUnavailable("CUDA driver (libcuda.so.1) not found: no NVIDIA driver installed", tried)
         if not os.path.isabs(path):
             path = loaded_path("libcuda.so") or path
-        super().__init__(Library(cdll, "cuda", path), tried)
-        self._init_status = self.lib.init(0)
-        self._contexts: dict[int, ctypes.c_void_p] = {}
+        return cdll, path, tried
 
     def _cu_device(self, ordinal: int) -> int:
         d = ctypes.c_int()

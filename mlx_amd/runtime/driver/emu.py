@@ -17,7 +17,7 @@ from typing import Callable, Mapping
 
 from .base import DeviceProperties, DriverUnavailable
 from .cuda import CudaDriver
-from .table import Library, TableDriver, open_library
+from .table import open_library
 
 LIBRARY_NAME = "libmlxa_emu.so"
 PACKAGE_DIR = str(Path(__file__).resolve().parents[2])   # mlx_amd/
@@ -31,15 +31,14 @@ class EmuDriver(CudaDriver):
     name = "emu"
     platform = "emu"
 
-    def __init__(self, env: Mapping[str, str] = os.environ, opener: Callable = ctypes.CDLL):
+    @staticmethod
+    def _open(env: Mapping[str, str], opener: Callable) -> tuple:
         dirs = [d for d in (env.get("MLX_AMD_EMU_LIBRARY_DIR"), PACKAGE_DIR) if d]
         cdll, path, tried = open_library(dirs, (LIBRARY_NAME,), opener)
         if cdll is None:
             raise DriverUnavailable(f"the kernel emulator ({LIBRARY_NAME}) is not built: build the bridge "
                                     f"(cmake, or pip install .), which builds it too", tried)
-        TableDriver.__init__(self, Library(cdll, "cuda", path), tried)
-        self._init_status = self.lib.init(0)
-        self._contexts: dict[int, ctypes.c_void_p] = {}
+        return cdll, path, tried
 
     def runtime_version(self) -> str:
         return "mlx-amd kernel emulator (CUDA driver API subset over host memory)"
