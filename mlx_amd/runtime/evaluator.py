@@ -30,6 +30,7 @@ import os
 import struct
 import threading
 import weakref
+from typing import NamedTuple
 
 from . import bridge as _bridge
 from . import plan as _plan
@@ -72,9 +73,22 @@ def _in_sig(metas, ins, infos) -> tuple:
     return tuple([(metas[s], inf[3], inf[4], inf[6], inf[8]) for s, inf in zip(ins, infos)])
 
 
+class _Single(NamedTuple):
+    """A plan that is one kernel launch on the node's own buffers (Evaluator._single)."""
+    function: object
+    grid: tuple
+    block: tuple
+    shared_mem: int
+    pack: object        # packs the pointers (struct.Struct.pack)
+    tail: bytes         # the argument bytes after the pointers
+    refs: object        # None: inputs in order then the first output; else ((is_output, index, offset), ...)
+    launcher: object    # the native launcher it was made for
+    direct: object      # direct(in_ptrs, out_ptrs) -> status through launcher's entry point, or None
+
+
 def _single_args(single, in_ptrs, out_ptrs) -> bytes:
     """The argument blob of a prepared one-launch plan (Evaluator._single)."""
-    pack, tail, refs = single[4], single[5], single[6]
+    pack, tail, refs = single.pack, single.tail, single.refs
     if refs is None:
         return pack(*in_ptrs, out_ptrs[0]) + tail
     return pack(*[(out_ptrs if o else in_ptrs)[k] + off for o, k, off in refs]) + tail
@@ -836,14 +850,14 @@ class Evaluator:
             # one kernel on the node's own buffers (most nodes): what run_plan would do,
             # without its per-step dispatch (first sightings run this per node); bound to
             # the launcher it was made for (a test may put another in its place)
-            if single[7] is self.native and single[8] is not None:
-                status = single[8](in_ptrs, out_ptrs)
+            if single.launcher is self.native and single.direct is not None:
+                status = single.direct(in_ptrs, out_ptrs)
                 if status:
-                    self.driver.launch_failed(status, single[0], single[1], single[2],
-                                              _single_args(single, in_ptrs, out_ptrs), single[3], stream)
+                    self.driver.launch_failed(status, single.function, single.grid, single.block,
+                                              _single_args(single, in_ptrs, out_ptrs), single.shared_mem, stream)
             else:
-                self.native(single[0], single[1], single[2], _single_args(single, in_ptrs, out_ptrs),
-                            single[3], stream)
+                self.native(single.function, single.grid, single.block, _single_args(single, in_ptrs, out_ptrs),
+                            single.shared_mem, stream)
         else:
             self.run_plan(plan, in_ptrs, out_ptrs, donated)
         fresh = []
@@ -988,12 +1002,9 @@ class Evaluator:
         return plan, nbytes, self._single(plan, len(ins))
 
     def _single(self, plan, n_ins):
-        """(function, grid, block, shared_mem, pointer packer, tail, refs, launcher, direct)
-        when ``plan`` is one non-empty kernel launch on the node's own buffers (no
-        temporaries, no init steps); refs: None for the inputs in order then the first
-        output, else ((is_output, index, byte offset), ...); direct(in_ptrs, out_ptrs) ->
-        status: the launch through ``launcher``'s entry point (bridge.launch_refs builds the
-        argument struct). Else None."""
+        """A _Single when ``plan`` is one non-empty kernel launch on the node's own buffers
+        (no temporaries, no init steps; bridge.launch_refs builds the argument struct of its
+        direct launch), else None."""
         if plan is None or plan.temps or plan.init or len(plan.steps) != 1:
             return None
         st = plan.steps[0]
@@ -1019,7 +1030,7 @@ class Evaluator:
             packed = b"" if refs is None else struct.pack(f"<{3 * len(refs)}q", *[v for r in refs for v in r])
             direct = functools.partial(_bridge.launch_refs, native._entry, native._end, fn.value or 0,
                                        *st.grid, *st.block, st.shared_mem, stream or 0, st.tail, packed)
-        return fn, st.grid, st.block, st.shared_mem, _pointers(st.n_ptrs).pack, st.tail, refs, native, direct
+        return _Single(fn, st.grid, st.block, st.shared_mem, _pointers(st.n_ptrs).pack, st.tail, refs, native, direct)
 
     def _fallback(self, g, node, ins, outs):
         res = self.residency
