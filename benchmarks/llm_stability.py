@@ -23,22 +23,19 @@ import time
 
 os.environ.setdefault("MLX_AMD_AUTO", "0")
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tools"))
+from llm_args import model_args, null_args, start_null  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", default="llama-1b")
-    ap.add_argument("--bits", type=int, default=4)
+    model_args(ap, bits=4, prompt=None)
     ap.add_argument("--tokens", type=int, default=10000)
     ap.add_argument("--every", type=int, default=1000)
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
-    ap.add_argument("--null", action="store_true")
+    null_args(ap)
     a = ap.parse_args()
-    if a.null:
-        sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tools"))
-        from profile_engine import make_runtime
-
-        make_runtime()
+    start_null(a)
     import mlx.core as mx
     from mlx_lm.generate import generate_step
 

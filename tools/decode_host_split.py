@@ -11,26 +11,19 @@ PERF_CTL=<fifo>: writes 'enable' / 'disable' around the timed loop, for
 
 import argparse
 import os
-import sys
 import time
 
 os.environ.setdefault("MLX_AMD_AUTO", "0")
+from llm_args import model_args, null_args, start_null  # noqa: E402  (tools/: the script's own folder)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", default="llama-1b")
+    model_args(ap)
     ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--bits", type=int, default=0)
-    ap.add_argument("--prompt", type=int, default=128)
-    ap.add_argument("--null", action="store_true")
-    ap.add_argument("--cus", type=int, default=132, help="with --null: compute units the plans see")
+    null_args(ap, cus=132)
     a = ap.parse_args()
-    if a.null:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from profile_engine import make_runtime
-
-        make_runtime(a.cus)
+    start_null(a)
     import mlx.core as mx
 
     import mlx_amd

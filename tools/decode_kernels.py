@@ -17,14 +17,13 @@ import sys
 os.environ.setdefault("MLX_AMD_AUTO", "0")
 os.environ["MLX_AMD_REPLAY"] = "0"
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llm_args import model_args  # noqa: E402  (tools/: the script's own folder)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", default="llama-1b")
-    ap.add_argument("--bits", type=int, default=0)
+    model_args(ap)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--prompt", type=int, default=128)
     a = ap.parse_args()
 
     import profile_engine

@@ -26,6 +26,7 @@ import statistics
 import time
 
 os.environ.setdefault("MLX_AMD_AUTO", "0")
+from llm_args import model_args, null_args, start_null  # noqa: E402  (tools/: the script's own folder)
 
 
 class _TimedGraph:
@@ -105,19 +106,12 @@ def install_phase_timers(acc):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", default="llama-1b")
-    ap.add_argument("--bits", type=int, default=0)
+    model_args(ap)
     ap.add_argument("--steps", type=int, default=64)
-    ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--plain", action="store_true", help="plain MLX (no mlx-amd), for reference")
     ap.add_argument("--ncu-step", action="store_true")
     ap.add_argument("--ncu-prefill", action="store_true")
-    ap.add_argument("--null", action="store_true",
-                    help="no GPU: the host driver with no-op kernels (tools/profile_engine.py); "
-                         "host phases only, results are garbage")
-    ap.add_argument("--cus", type=int, default=None,
-                    help="with --null: the compute units the plans see (the host's cores by "
-                         "default; 132 plans SDPA decode splits as on the H200)")
+    null_args(ap)
     ap.add_argument("--siblings-ab", type=int, default=0, metavar="ROUNDS",
                     help="in one process, ROUNDS rounds of --steps pipelined steps with the "
                          "evaluator's sibling/pair plans off, then on (programs re-recorded at "
@@ -130,10 +124,7 @@ def main():
                          "waits for: evaluator.eval_wait, its default when left out), run in turn "
                          "on one model (mlx-amd only)")
     a = ap.parse_args()
-    if a.null:
-        from profile_engine import make_runtime   # tools/ is the script's own folder
-
-        make_runtime(a.cus)
+    start_null(a)
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 

@@ -17,25 +17,21 @@ import sys
 import time
 
 os.environ.setdefault("MLX_AMD_AUTO", "0")
+from llm_args import model_args, null_args, start_null  # noqa: E402  (tools/: the script's own folder)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", default="llama-1b")
-    ap.add_argument("--bits", type=int, default=0)
-    ap.add_argument("--prompt", type=int, default=512)
+    model_args(ap, prompt=512)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--null", action="store_true")
+    null_args(ap, cus=132)
     ap.add_argument("--profile-run", type=int, default=-1,
                     help="cProfile this run (0-based) and print its top functions")
     ap.add_argument("--phases", action="store_true",
                     help="also the evaluator's phases per run (tools/decode_timeline.py's timers, ms)")
     a = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    if a.null:
-        from profile_engine import make_runtime
-
-        make_runtime(132)
+    start_null(a)
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 

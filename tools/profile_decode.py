@@ -13,30 +13,21 @@ import pstats
 import time
 
 os.environ.setdefault("MLX_AMD_AUTO", "0")
+from llm_args import model_args, null_args, start_null  # noqa: E402  (tools/: the script's own folder)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", default="llama-1b")
+    model_args(ap)
     ap.add_argument("--tokens", type=int, default=16)
-    ap.add_argument("--bits", type=int, default=0)
     ap.add_argument("--top", type=int, default=35)
-    ap.add_argument("--prompt", type=int, default=128, help="prompt tokens")
     ap.add_argument("--sort", default="tottime", help="pstats order: tottime, cumulative, ...")
     ap.add_argument("--no-profile", action="store_true", help="time only")
     ap.add_argument("--prefill", action="store_true",
                     help="profile five prompts' time to the first token (fresh caches) instead")
-    ap.add_argument("--null", action="store_true",
-                    help="no GPU: the host driver with no-op kernels (tools/profile_engine.py); "
-                         "host cost and replay behaviour only, results are garbage")
-    ap.add_argument("--cus", type=int, default=None,
-                    help="with --null: the compute units the plans see (132: SDPA decode splits "
-                         "as on the H200)")
+    null_args(ap)
     a = ap.parse_args()
-    if a.null:
-        from profile_engine import make_runtime   # tools/ is the script's own folder
-
-        make_runtime(a.cus)
+    start_null(a)
     import mlx.core as mx
 
     import mlx_amd

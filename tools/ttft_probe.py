@@ -22,13 +22,12 @@ import statistics
 import time
 
 os.environ.setdefault("MLX_AMD_AUTO", "0")
+from llm_args import model_args  # noqa: E402  (tools/: the script's own folder)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", default="llama-1b")
-    ap.add_argument("--bits", type=int, default=0)
-    ap.add_argument("--prompt", type=int, default=512)
+    model_args(ap, prompt=512)
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--ab", default="", help="comma list of flash|gemm|native|python")
     a = ap.parse_args()
