@@ -69,7 +69,7 @@ enum class Wait : int { kNone, kBlock, kWave, kNamed };
 struct Fiber {
   void* sp = nullptr;
   Dim3 tid{0, 0, 0};
-  int wave = 0, lane = 0;
+  int linear = 0, wave = 0, lane = 0;
   bool runnable = false, done = false;
   Wait wait = Wait::kNone;
   int named_id = 0;
@@ -92,7 +92,8 @@ struct State {
   Fiber fibers[kMaxThreads];
   WaveState waves[kMaxWaves];
   int nthreads = 0, live = 0, block_arrived = 0;
-  int named_arrived[16] = {};
+  int named_arrived[16] = {}, named_count[16] = {};
+  char* stacks = nullptr;
   const char* failure = nullptr;   // static text of a trap, set by the failing fiber
   jmp_buf fault;                   // where a trapping fiber leaves the block
 };
@@ -214,6 +215,7 @@ inline void named_barrier(int id, int count) {
   f.wait = Wait::kNamed;
   f.named_id = id;
   f.runnable = false;
+  g.named_count[id] = count;
   if (++g.named_arrived[id] >= count) {
     g.named_arrived[id] = 0;
     release(Wait::kNamed, id);
@@ -337,6 +339,7 @@ inline int run_grid(MlxaEmuLaunch* l, const char* name, char* stacks) {
         for (int i = 0; i < (int)nt; ++i) {
           Fiber& f = g.fibers[i];
           f.tid = {(unsigned)i % bx, (unsigned)i / bx % by, (unsigned)i / (bx * by)};
+          f.linear = i;
           f.wave = i / MLXA_EMU_WAVE;
           f.lane = i % MLXA_EMU_WAVE;
           f.runnable = true;
