@@ -20,8 +20,9 @@
 // rows with few rows split into chunks of one tile, scanned in a single pass: each block
 // takes the next chunk (an atomic ticket), publishes its total and looks back over the
 // row's earlier chunks for its prefix (decoupled look-back; a launch before it clears the
-// status). Reading each element once and writing it once, where the two-pass variant
-// (chunk totals, then each chunk after folding the totals before it) read it twice.
+// status; 4-byte states publish flag and value as one 64-bit word). Reading each element
+// once and writing it once, where the two-pass variant (chunk totals, then each chunk
+// after folding the totals before it) read it twice.
 // Column kernel: one thread per position of the other axes walks the scan axis
 // (coalesced along the output's inner dimensions).
 #include <limits>
@@ -187,9 +188,15 @@ MLXA_DEVICE void load_logical(const In* in, int64_t n, int64_t p0, int64_t hi, i
   if (es == 1 && p0 + V <= hi) {
     const int64_t q0 = reverse ? n - p0 - V : p0;   // lowest physical index of the group
     if (((uintptr_t)(in + q0) & (sizeof(In) * V - 1)) == 0) {
+      // two loops with constant indices: a runtime-reversed index put g on the stack
       const Vec<In, V> g = *(const Vec<In, V>*)(in + q0);
+      if (reverse) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) r[j] = g.v[reverse ? V - 1 - j : j];
+        for (int j = 0; j < V; ++j) r[j] = g.v[V - 1 - j];
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) r[j] = g.v[j];
+      }
       return;
     }
   }
@@ -206,8 +213,13 @@ MLXA_DEVICE void store_logical(Out* out, int64_t n, int64_t p0, int64_t hi, bool
     const int64_t q0 = reverse ? n - p0 - V : p0;
     if (((uintptr_t)(out + q0) & (sizeof(Out) * V - 1)) == 0) {
       Vec<Out, V> g;
+      if (reverse) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) g.v[reverse ? V - 1 - j : j] = o[j];
+        for (int j = 0; j < V; ++j) g.v[V - 1 - j] = o[j];
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) g.v[j] = o[j];
+      }
       *(Vec<Out, V>*)(out + q0) = g;
       return;
     }
@@ -236,6 +248,30 @@ struct Status {
   }
 };
 
+// States of 4 bytes (float, 32-bit integer sums and limits) publish flag and value as one
+// 64-bit word (flag << 32 | value bits) at HEAD + 8 * slot: one store, one load, no
+// fences between them, and a reader never sees a flag without its value.
+template <typename S>
+struct Packed {
+  static constexpr bool on = sizeof(S) == 4;
+};
+MLXA_DEVICE uint64_t* packed_status(void* base) {
+  return reinterpret_cast<uint64_t*>(static_cast<char*>(base) + MLXA_SCAN_STATUS_HEAD);
+}
+template <typename S>
+MLXA_DEVICE uint64_t pack_status(S v, uint32_t f) {
+  uint32_t bits;
+  __builtin_memcpy(&bits, &v, 4);
+  return (uint64_t)f << 32 | bits;
+}
+template <typename S>
+MLXA_DEVICE S unpack_status(uint64_t w) {
+  const uint32_t bits = (uint32_t)w;
+  S v;
+  __builtin_memcpy(&v, &bits, 4);
+  return v;
+}
+
 template <typename S>
 MLXA_DEVICE void publish(S* slot, uint32_t* flag, S v, uint32_t f) {
   *slot = v;
@@ -247,6 +283,47 @@ MLXA_DEVICE void publish(S* slot, uint32_t* flag, S v, uint32_t f) {
 // the first wave publishes the total, then walks back over the row's earlier chunks a
 // wave at a time (lane order = position order), waiting for each to publish, combining
 // aggregates back to the nearest inclusive prefix. Every thread gets the result.
+template <typename Op, int W, typename S>
+MLXA_DEVICE S lookback_packed(void* base, int64_t slot, int64_t c, S total, S* bcast) {
+  uint64_t* word = packed_status(base);
+  if (wave_index<W>() == 0) {
+    const int l = wave_lane<W>();
+    S excl = Op::identity();
+    if (c == 0) {
+      if (l == 0) atomic_exch(reinterpret_cast<unsigned long long*>(&word[slot]),
+                              (unsigned long long)pack_status(total, 2u));
+    } else {
+      if (l == 0) atomic_exch(reinterpret_cast<unsigned long long*>(&word[slot]),
+                              (unsigned long long)pack_status(total, 1u));
+      for (int64_t last = c - 1;; last -= W) {
+        const int64_t p = last - (W - 1) + l;     // lane W-1: the nearest chunk
+        uint64_t w = pack_status(Op::identity(), 2u);   // before the row: identity, complete
+        if (p >= 0) {
+          const volatile uint64_t* wp = &word[slot - c + p];
+          do {
+            w = *wp;
+          } while ((w >> 32) == 0u);
+        }
+        const uint32_t f = (uint32_t)(w >> 32);
+        S v = unpack_status<S>(w);
+        const unsigned long long m = wave_ballot<W>(f == 2u);
+        const int stop = m ? 63 - __clzll(m) : -1;   // the nearest complete one
+        if (l < stop) v = Op::identity();         // inside that prefix already
+        const S in_order = wave_scan<Op, W>(v);
+        S window;
+        window.v = wave_shfl<W>(in_order.v, W - 1);
+        excl = Op::combine(window, excl);
+        if (m != 0ull) break;
+      }
+      if (l == 0) atomic_exch(reinterpret_cast<unsigned long long*>(&word[slot]),
+                              (unsigned long long)pack_status(Op::combine(excl, total), 2u));
+    }
+    if (l == 0) *bcast = excl;
+  }
+  sync_block();
+  return *bcast;
+}
+
 template <typename Op, int W, typename S>
 MLXA_DEVICE S lookback_prefix(const Status<S>& st, int64_t slot, int64_t c, S total, S* bcast) {
   if (wave_index<W>() == 0) {
@@ -298,7 +375,8 @@ MLXA_DEVICE void scan_rows(const ScanArgs& a) {
   __shared__ S prefix_s;
   __shared__ uint32_t ticket_s;
   if (a.mode == MLXA_SCAN_CLEAR) {
-    const int64_t words = MLXA_SCAN_STATUS_HEAD / 4 + a.rows * a.nchunks;   // the ticket, then the flags
+    // the ticket, then the flags (or the packed words: two 32-bit words a slot)
+    const int64_t words = MLXA_SCAN_STATUS_HEAD / 4 + 2 * a.rows * a.nchunks;
     for (int64_t i = global_thread<int64_t>(); i < words; i += grid_threads<int64_t>())
       static_cast<uint32_t*>(a.totals)[i] = 0u;
     return;
@@ -381,9 +459,13 @@ MLXA_DEVICE void scan_rows(const ScanArgs& a) {
       for (int i = wi; i < nw; ++i) total = Op::combine(total, wtot[i]);
       sync_block();
     }
-    if (lookback)   // a chunk is one tile: its total is known before anything is written
-      carry = lookback_prefix<Op, W>(Status<S>(a.totals, a.rows * a.nchunks), row * a.nchunks + chunk_id,
-                                     chunk_id, total, &prefix_s);
+    if (lookback) {   // a chunk is one tile: its total is known before anything is written
+      if constexpr (Packed<S>::on)
+        carry = lookback_packed<Op, W>(a.totals, row * a.nchunks + chunk_id, chunk_id, total, &prefix_s);
+      else
+        carry = lookback_prefix<Op, W>(Status<S>(a.totals, a.rows * a.nchunks), row * a.nchunks + chunk_id,
+                                       chunk_id, total, &prefix_s);
+    }
     const S base = Op::combine(carry, before);
     if (a.mode != MLXA_SCAN_TOTALS) {
 #pragma unroll

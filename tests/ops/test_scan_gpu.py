@@ -134,11 +134,13 @@ def test_layouts(gpu_runtime, wave, op):
 @pytest.mark.parametrize("dtype,shape", [("float32", (2, 100000)), ("int32", (1, 300001)), ("float64", (3, 70000)),
                                          ("uint8", (1, 200000)), ("int64", (2, 90001)),
                                          pytest.param("float32", (1, 1 << 22), marks=pytest.mark.large),
-                                         ("bfloat16", (5, 123457))])
+                                         ("bfloat16", (5, 123457)), ("float32", (64, 9000)), ("int32", (40, 5000)),
+                                         ("float64", (16, 5000)), ("bfloat16", (33, 20000))])
 @pytest.mark.parametrize("single_pass", [True, False], ids=["lookback", "two-pass"])
 def test_long_rows_split(gpu_runtime, wave, dtype, shape, single_pass, monkeypatch):
-    """Few long rows, split into chunks: one pass with decoupled look-back (hundreds of
-    chunks per row waiting on each other) and the two-pass variant."""
+    """Rows longer than a tile: one pass with decoupled look-back (hundreds of chunks per
+    row waiting on each other; many rows of a few chunks each) against the two-pass variant
+    (few long rows) and a block per row (many rows)."""
     from mlx_amd.runtime.ops import scan as sc
 
     monkeypatch.setattr(sc, "SINGLE_PASS", single_pass)

@@ -65,10 +65,10 @@ def test_every_plan_names_a_kernel(wave, op, dtype, out, shape, axis, single_pas
         a, b = (fields(l) for l in p.steps)
         assert b["mode"] == sc.LOOKBACK and a["nchunks"] == b["nchunks"] > 1
         v = 16 // max(ITEMSIZE[dtype], ITEMSIZE[out])
-        assert b["chunk"] == sc.ROW_BLOCK * v * sc.ROW_GROUPS[v]   # one block's tile
+        assert b["chunk"] == sc.LOOKBACK_BLOCK * v * sc.ROW_GROUPS[v]   # one block's tile
         assert b["chunk"] * b["nchunks"] >= b["n"] > b["chunk"] * (b["nchunks"] - 1)
         slots = b["rows"] * b["nchunks"]
-        assert p.steps[1].grid[0] == slots and p.steps[1].block[0] == sc.ROW_BLOCK
+        assert p.steps[1].grid[0] == slots and p.steps[1].block[0] == sc.LOOKBACK_BLOCK
         assert p.temps == (16 + -(-slots * 4 // 16) * 16 + 2 * slots * sc.STATE_BYTES,)
         assert all(l.refs[2].kind == "t" for l in p.steps)
     elif len(p.steps) == 2:
@@ -111,13 +111,21 @@ def test_layouts_reach_the_kernels():
     f = fields(l)
     assert l.kernel == "scan_c_max_float32_float32" and f["rows"] == 8 and f["inner"] == 8 and f["es"] == 8
     assert f["flags"] == sc.INCLUSIVE
-    # long rows, many of them: one block per row, no split
+    tile = sc.LOOKBACK_BLOCK * 16                      # float32: 4 elements a group, 4 groups
+    # long rows, many of them: a block per tile with look-back, or one block per row
     p = sc.plan_node(scan_node("sum", R((4096, 32768), "float32"), 1), d)
-    assert len(p.steps) == 1 and p.steps[0].grid[0] == 4096 and p.steps[0].block[0] == 512
+    if sc.LOOKBACK_MANY_ROWS:
+        assert [fields(l)["mode"] for l in p.steps] == [sc.CLEAR, sc.LOOKBACK]
+        assert p.steps[1].grid[0] == 4096 * 32768 // tile
+    else:
+        assert len(p.steps) == 1 and p.steps[0].grid[0] == 4096 and p.steps[0].block[0] == 512
+    # rows of one tile: a block per row either way
+    p = sc.plan_node(scan_node("sum", R((4096, tile), "float32"), 1), d)
+    assert len(p.steps) == 1 and p.steps[0].grid[0] == 4096
     # one long row: a block per tile, look-back
     p = sc.plan_node(scan_node("sum", R((1 << 22,), "float32"), 0), d)
     assert [fields(l)["mode"] for l in p.steps] == [sc.CLEAR, sc.LOOKBACK]
-    assert p.steps[1].grid[0] == (1 << 22) // (512 * 16) and p.steps[1].block[0] == 512
+    assert p.steps[1].grid[0] == (1 << 22) // tile and p.steps[1].block[0] == sc.LOOKBACK_BLOCK
 
 
 _PROBE = r"""

@@ -13,10 +13,11 @@ Layouts: when the scan axis is the output's innermost (every later dim is 1) the
 kernel runs (any input strides: dense rows read 16 bytes at a time); otherwise the
 column kernel, one thread per position of the other axes walking the axis in order
 (also float64 logaddexp on rows: MLX's float-accurate exp makes its float64 result
-depend on the combination order, so only its sequential order matches it). Few long rows split into
-chunks of one block's tile scanned in one pass (decoupled look-back: each block publishes its
-chunk's total and takes its prefix from the chunks before it); SINGLE_PASS = False keeps the
-two-pass variant (a totals launch, then a scan launch that folds the totals before each chunk).
+depend on the combination order, so only its sequential order matches it). Rows longer than a
+tile split into chunks of one block's tile scanned in one pass (decoupled look-back: each block
+publishes its chunk's total and takes its prefix from the chunks before it); SINGLE_PASS = False
+keeps the two-pass variant for few long rows (a totals launch, then a scan launch that folds the
+totals before each chunk) and a block per row for many.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ REVERSE, INCLUSIVE, WAVE_ROWS = 1, 2, 4          # MLXA_SCAN_* flags
 FULL, TOTALS, CARRIED, CLEAR, LOOKBACK = 0, 1, 2, 3, 4   # MLXA_SCAN_* modes
 # few long rows: one pass with decoupled look-back (True) or two (chunk totals, then carried)
 SINGLE_PASS = True
+# look-back blocks: threads (a tile is this x elements per 16 bytes x ROW_GROUPS), and whether
+# many rows longer than a tile take it too (else a block per row walks the row's tiles)
+LOOKBACK_BLOCK = 256
+LOOKBACK_MANY_ROWS = True
 
 _ARGS = struct.Struct(f"<5q{MAX_DIMS}q{MAX_DIMS}i4i")
 ARG_SIZE = 24 + _ARGS.size
@@ -136,10 +141,12 @@ def plan(op, axis, reverse, inclusive, x, out, device):
         want = -(-4 * cus // count)
         chunk = -(-(-(-n // want)) // tile) * tile
         nchunks = -(-n // chunk)
-    if nchunks > 1 and SINGLE_PASS and count * -(-n // tile) < MAX_GRID:
-        # measured on the H200 (benchmarks/results/scan_variants-h200.txt): ahead of the two
-        # passes for few long rows, behind a block per row for many rows
-        return _plan_lookback(name, count, n, elem_stride, cshape, cstrides, flags, tile, device)
+    lb_tile = LOOKBACK_BLOCK * v * k
+    if (SINGLE_PASS and n > lb_tile and (nchunks > 1 or LOOKBACK_MANY_ROWS)
+            and count * -(-n // lb_tile) < MAX_GRID):
+        # measured on the H200 (benchmarks/results/scan_variants-h200.txt)
+        return _plan_lookback(name, count, n, elem_stride, cshape, cstrides, flags, LOOKBACK_BLOCK, lb_tile,
+                              device)
     if nchunks == 1 or count * nchunks > MAX_GRID:
         if count > MAX_GRID:
             return None
@@ -154,19 +161,20 @@ def plan(op, axis, reverse, inclusive, x, out, device):
     return Plan(steps, temps=(count * nchunks * STATE_BYTES,))
 
 
-def _plan_lookback(name, count, n, elem_stride, cshape, cstrides, flags, tile, device):
-    """Few long rows in one pass: chunks of one block's tile, each block's prefix from the
-    chunks before it (decoupled look-back); a first launch of the same kernel clears the
-    status the second one publishes through (see scan_args.h for its layout)."""
+def _plan_lookback(name, count, n, elem_stride, cshape, cstrides, flags, block, tile, device):
+    """Rows longer than a tile in one pass: chunks of one block's tile (``block`` threads),
+    each block's prefix from the chunks before it (decoupled look-back); a first launch of
+    the same kernel clears the status the second one publishes through (see scan_args.h
+    and scan.hip: flags and 16-byte states, or one 64-bit word a chunk for 4-byte states)."""
     nchunks = -(-n // tile)
     slots = count * nchunks
     status = STATUS_HEAD + -(-slots * 4 // 16) * 16 + 2 * slots * STATE_BYTES
-    words = STATUS_HEAD // 4 + slots
+    words = STATUS_HEAD // 4 + 2 * slots
     clear_grid = min(-(-words // ROW_BLOCK), 4 * _plan.compute_units(device))
     refs = (inp(0), _out(0), tmp(0))
     return Plan((
         Launch(FAMILY, name, (clear_grid, 1, 1), (ROW_BLOCK, 1, 1), 0, 3,
                pack_args(count, n, elem_stride, tile, 1, cshape, cstrides, nchunks, flags, CLEAR), refs=refs),
-        Launch(FAMILY, name, (slots, 1, 1), (ROW_BLOCK, 1, 1), 0, 3,
+        Launch(FAMILY, name, (slots, 1, 1), (block, 1, 1), 0, 3,
                pack_args(count, n, elem_stride, tile, 1, cshape, cstrides, nchunks, flags, LOOKBACK), refs=refs),
     ), temps=(status,))
