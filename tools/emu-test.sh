@@ -16,14 +16,18 @@ KDIR=$(realpath -m "${MLX_AMD_EMU_KERNEL_DIR:-build/emu-kernels}")   # absolute:
 "$PY" build_kernels.py --target emu --out-dir "$KDIR" -j "$(nproc)" >/dev/null
 "$PY" build_kernels.py check --out-dir "$KDIR"
 export MLX_AMD_DRIVER=emu MLX_AMD_KERNEL_DIR="$KDIR"
+# The emulator runs a launch on one core: tests spread over every core (pytest-xdist, in the
+# test extras) take the CI run from ~11 to ~7 minutes on two cores.
+XD=()
+if [[ $(nproc) -gt 1 ]] && "$PY" -c "import xdist" 2>/dev/null; then XD=(-n "$(nproc)"); fi
 MARK="gpu and not vendor and not large"
 echo "== kernel emulator, wave 32: pytest -m '$MARK' tests"
-MLX_AMD_EMU_WAVE=32 "$PY" -P -m pytest -q -p no:cacheprovider -m "$MARK" tests "$@"
+MLX_AMD_EMU_WAVE=32 "$PY" -P -m pytest -q -p no:cacheprovider -m "$MARK" "${XD[@]}" tests "$@"
 echo "== kernel emulator, wave 32, graphs on (MLX_AMD_GRAPHS=1: through the self-test, as on AMD)"
 MLX_AMD_EMU_WAVE=32 MLX_AMD_GRAPHS=1 "$PY" -P -m pytest -q -p no:cacheprovider -m "$MARK" \
-  tests/runtime/test_graphs_gpu.py tests/runtime/test_replay_gpu.py tests/runtime/test_siblings_gpu.py -k "not eager" "$@"
+  tests/runtime/test_graphs_gpu.py tests/runtime/test_replay_gpu.py tests/runtime/test_siblings_gpu.py -k "not eager" "${XD[@]}" "$@"
 # (the tests' w32 variants would run at the device's 64 again: -k leaves them out)
 echo "== kernel emulator, wave 64: the wave-dependent families"
 MLX_AMD_EMU_WAVE=64 "$PY" -P -m pytest -q -p no:cacheprovider -m "$MARK or not gpu" -k "not w32" \
   tests/ops/test_reduce_gpu.py tests/ops/test_scan_gpu.py tests/ops/test_sort_gpu.py \
-  tests/ops/test_softmax_gpu.py tests/ops/test_norm_gpu.py tests/driver/test_emu.py "$@"
+  tests/ops/test_softmax_gpu.py tests/ops/test_norm_gpu.py tests/driver/test_emu.py "${XD[@]}" "$@"
