@@ -63,6 +63,11 @@ ARG_STRUCTS = {
     "SearchSortedArgs": (3, 24 + _SEARCH.size),
 }
 
+# radix scatter blocks: at most RADIX_MAX_SUBTILES sub-tiles walked by one block, about
+# RADIX_BLOCKS_PER_CU / 2 blocks per compute unit (tools/sort_variants.py sweeps them)
+RADIX_MAX_SUBTILES = 16
+RADIX_BLOCKS_PER_CU = 8
+
 _KT = None
 
 
@@ -170,10 +175,10 @@ def _plan_radix(op, key, dtype, n, rows, out_inner, rows_blob, device):
     ksz = SIZES[dtype]
     psz = {None: 0, "u16": 2, "u32": 4, "u64": 8}[pay]
     sub = t.radix_tile(key, pay, w)
-    cap = compute_units(device) * 8
+    cap = compute_units(device) * RADIX_BLOCKS_PER_CU
     # a block walks `subtiles` sub-tiles in order: few enough blocks that the per-range
     # counts stay small, enough (~4 per multiprocessor) to keep the device busy
-    subtiles = max(1, min(16, -(-rows * n // (sub * cap // 2)), -(-n // sub)))
+    subtiles = max(1, min(RADIX_MAX_SUBTILES, -(-rows * n // (sub * cap // 2)), -(-n // sub)))
     tile = sub * subtiles
     tiles = -(-n // tile)
     total = rows * n
