@@ -357,7 +357,7 @@ class Toolchain:
                 raise BuildError(f"`{' '.join(argv)}` failed ({p.returncode}):\n{out.strip()}")
             keep = [l.strip() for l in out.splitlines()
                     if re.search(r"HIP version|clang version|release \d|^Build ", l.strip())]
-            self._version = "; ".join(keep) or out.strip()
+            self._version = "; ".join(keep) or out.strip().splitlines()[0]   # g++: its first line
         return self._version
 
     def describe(self) -> str:
@@ -876,6 +876,9 @@ def write_manifest(proj: Project, good: list, failed: list) -> dict:
             (proj.out_dir / rel).unlink(missing_ok=True)
         proj.stamp_path(u.family, u.target).unlink(missing_ok=True)
     man["targets"] = dict(sorted(man["targets"].items()))
+    # a compiler only for the kinds of targets still present (a stray emu build once left its own)
+    kinds = {t["kind"] for t in man["targets"].values()}
+    man["compilers"] = {k: v for k, v in sorted(man["compilers"].items()) if k in kinds}
     for t in man["targets"].values():
         t["families"] = dict(sorted(t["families"].items()))
     write_atomic(proj.manifest_path, (json.dumps(man, indent=1) + "\n").encode())
