@@ -136,14 +136,16 @@ def test_layouts(gpu_runtime, wave, op):
                                          pytest.param("float32", (1, 1 << 22), marks=pytest.mark.large),
                                          ("bfloat16", (5, 123457)), ("float32", (64, 9000)), ("int32", (40, 5000)),
                                          ("float64", (16, 5000)), ("bfloat16", (33, 20000))])
-@pytest.mark.parametrize("single_pass", [True, False], ids=["lookback", "two-pass"])
-def test_long_rows_split(gpu_runtime, wave, dtype, shape, single_pass, monkeypatch):
+@pytest.mark.parametrize("single_pass,many_rows", [(True, True), (True, False), (False, False)],
+                         ids=["lookback-all", "lookback-few", "two-pass"])
+def test_long_rows_split(gpu_runtime, wave, dtype, shape, single_pass, many_rows, monkeypatch):
     """Rows longer than a tile: one pass with decoupled look-back (hundreds of chunks per
     row waiting on each other; many rows of a few chunks each) against the two-pass variant
     (few long rows) and a block per row (many rows)."""
     from mlx_amd.runtime.ops import scan as sc
 
     monkeypatch.setattr(sc, "SINGLE_PASS", single_pass)
+    monkeypatch.setattr(sc, "LOOKBACK_MANY_ROWS", many_rows)
     ev = gpu_runtime.evaluator
     ev.plans.clear()
     ev.drop_programs()      # nor a recorded program of the other variant replays here

@@ -98,7 +98,7 @@ def test_dtype_mapping_and_declines():
     assert sc.op_name("LogAddExp") == "logaddexp" and sc.op_name(2) == "sum"
 
 
-def test_layouts_reach_the_kernels():
+def test_layouts_reach_the_kernels(monkeypatch):
     d = props()
     # transposed input scanned along its last axis: row kernel, strided elements
     x = Layout.strided((6, 5), (1, 6), "float32")
@@ -113,12 +113,14 @@ def test_layouts_reach_the_kernels():
     assert f["flags"] == sc.INCLUSIVE
     tile = sc.LOOKBACK_BLOCK * 16                      # float32: 4 elements a group, 4 groups
     # long rows, many of them: a block per tile with look-back, or one block per row
-    p = sc.plan_node(scan_node("sum", R((4096, 32768), "float32"), 1), d)
-    if sc.LOOKBACK_MANY_ROWS:
-        assert [fields(l)["mode"] for l in p.steps] == [sc.CLEAR, sc.LOOKBACK]
-        assert p.steps[1].grid[0] == 4096 * 32768 // tile
-    else:
-        assert len(p.steps) == 1 and p.steps[0].grid[0] == 4096 and p.steps[0].block[0] == 512
+    for many in (True, False):
+        monkeypatch.setattr(sc, "LOOKBACK_MANY_ROWS", many)
+        p = sc.plan_node(scan_node("sum", R((4096, 32768), "float32"), 1), d)
+        if many:
+            assert [fields(l)["mode"] for l in p.steps] == [sc.CLEAR, sc.LOOKBACK]
+            assert p.steps[1].grid[0] == 4096 * 32768 // tile
+        else:
+            assert len(p.steps) == 1 and p.steps[0].grid[0] == 4096 and p.steps[0].block[0] == 512
     # rows of one tile: a block per row either way
     p = sc.plan_node(scan_node("sum", R((4096, tile), "float32"), 1), d)
     assert len(p.steps) == 1 and p.steps[0].grid[0] == 4096

@@ -50,8 +50,11 @@ FULL, TOTALS, CARRIED, CLEAR, LOOKBACK = 0, 1, 2, 3, 4   # MLXA_SCAN_* modes
 SINGLE_PASS = True
 # look-back blocks: threads (a tile is this x elements per 16 bytes x ROW_GROUPS), and whether
 # many rows longer than a tile take it too (else a block per row walks the row's tiles)
+# Measured on an H100 (benchmarks/results/scan_variants-h100.txt): for few long rows the
+# look-back reaches 0.66-0.67 of the copy bandwidth (two passes 0.45-0.49, torch.cumsum
+# 0.69); for many rows a block per row is ahead (0.64-0.80 against 0.39-0.75).
 LOOKBACK_BLOCK = 256
-LOOKBACK_MANY_ROWS = True
+LOOKBACK_MANY_ROWS = False
 
 _ARGS = struct.Struct(f"<5q{MAX_DIMS}q{MAX_DIMS}i4i")
 ARG_SIZE = 24 + _ARGS.size
