@@ -154,6 +154,27 @@ def test_radix_shapes(gpu_runtime, wave, shape, axis):
     assert_exact(lambda a: mx.argsort(a, axis=axis), xi, "ArgSort")
 
 
+@pytest.mark.parametrize("subtiles", [1, 16])
+def test_radix_block_settings(gpu_runtime, wave, subtiles, monkeypatch):
+    """The planner's other block shapes (tools/sort_variants.py sweeps them): one sub-tile a
+    block, and blocks walking up to 16 in order."""
+    from mlx_amd.runtime.ops import sort as so
+
+    monkeypatch.setattr(so, "RADIX_MAX_SUBTILES", subtiles)
+    ev = gpu_runtime.evaluator
+    ev.plans.clear()
+    ev.drop_programs()
+    try:
+        rng = np.random.default_rng(6)
+        x = mx.array(rng.standard_normal((2, 150001)).astype(np.float32))
+        assert_exact(lambda a: mx.sort(a, axis=1), x, "Sort")
+        xi = mx.array(rng.integers(-3, 3, (2, 150001)).astype(np.int32))
+        assert_exact(lambda a: mx.argsort(a, axis=1), xi, "ArgSort")
+    finally:
+        ev.plans.clear()
+        ev.drop_programs()
+
+
 def test_radix_views(gpu_runtime):
     base = data("float32", (6000, 4), seed=9)
     assert_exact(lambda a: mx.argsort(a.T, axis=1), base, "ArgSort")

@@ -64,8 +64,11 @@ ARG_STRUCTS = {
 }
 
 # radix scatter blocks: at most RADIX_MAX_SUBTILES sub-tiles walked by one block, about
-# RADIX_BLOCKS_PER_CU / 2 blocks per compute unit (tools/sort_variants.py sweeps them)
-RADIX_MAX_SUBTILES = 16
+# RADIX_BLOCKS_PER_CU / 2 blocks per compute unit (tools/sort_variants.py sweeps them). The
+# scatter is latency-bound (ncu: 32 % of DRAM bandwidth with 4 blocks per SM walking 16
+# sub-tiles each); more, shorter blocks: 2^24 float32 1.65 -> 1.32 ms on an H100
+# (benchmarks/results/sort_profile-h100.txt)
+RADIX_MAX_SUBTILES = 2
 RADIX_BLOCKS_PER_CU = 8
 
 _KT = None
