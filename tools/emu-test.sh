@@ -18,8 +18,12 @@ KDIR=$(realpath -m "${MLX_AMD_EMU_KERNEL_DIR:-build/emu-kernels}")   # absolute:
 export MLX_AMD_DRIVER=emu MLX_AMD_KERNEL_DIR="$KDIR"
 # The emulator runs a launch on one core: tests spread over every core (pytest-xdist, in the
 # test extras) take the CI run from ~11 to ~7 minutes on two cores.
+# At most one worker per 4 GiB available: each is its own emulated device (memory taken lazily).
+NW=$(nproc)
+MEM_GIB=$(awk '/^MemAvailable:/ {print int($2 / 1048576)}' /proc/meminfo 2>/dev/null || echo 0)
+if (( MEM_GIB / 4 < NW )); then NW=$(( MEM_GIB / 4 )); fi
 XD=()
-if [[ $(nproc) -gt 1 ]] && "$PY" -c "import xdist" 2>/dev/null; then XD=(-n "$(nproc)"); fi
+if (( NW > 1 )) && "$PY" -c "import xdist" 2>/dev/null; then XD=(-n "$NW"); fi
 MARK="gpu and not vendor and not large"
 echo "== kernel emulator, wave 32: pytest -m '$MARK' tests"
 MLX_AMD_EMU_WAVE=32 "$PY" -P -m pytest -q -p no:cacheprovider -m "$MARK" "${XD[@]}" tests "$@"
