@@ -233,8 +233,10 @@ MLXA_DEVICE void store_logical(Out* out, int64_t n, int64_t p0, int64_t hi, bool
 
 // ---- decoupled look-back ----------------------------------------------------------------
 // Look-back status of the row chunks: flag 0 nothing yet, 1 aggregate (the chunk's own
-// total) published, 2 inclusive prefix (everything up to and including the chunk).
-template <typename S>
+// total) published, 2 inclusive prefix (everything up to and including the chunk). Two
+// layouts with one interface: publish(slot, value, flag) and wait(slot, &flag) -> value.
+// Flags, then an aggregate and an inclusive slot per chunk, for any state:
+template <typename Op, typename S>
 struct Status {
   uint32_t* flag;
   S* agg;
@@ -246,108 +248,70 @@ struct Status {
     agg = reinterpret_cast<S*>(b + MLXA_SCAN_STATUS_HEAD + ((count * 4 + 15) & ~int64_t(15)));
     inc = reinterpret_cast<S*>(reinterpret_cast<char*>(agg) + count * MLXA_SCAN_STATE_BYTES);
   }
+  MLXA_DEVICE void publish(int64_t slot, S v, uint32_t f) const {
+    (f == 2u ? inc : agg)[slot] = v;
+    __threadfence();                // the value before the flag that announces it (device scope)
+    atomic_exch(&flag[slot], f);
+  }
+  MLXA_DEVICE S wait(int64_t slot, uint32_t* f) const {
+    const volatile uint32_t* fp = &flag[slot];
+    do {
+      *f = *fp;
+    } while (*f == 0u);
+    __threadfence();                // the flag before the value it announces
+    const S* src = *f == 2u ? &inc[slot] : &agg[slot];
+    S v = Op::identity();
+    v.v = *reinterpret_cast<const volatile typename Op::Acc*>(&src->v);
+    return v;
+  }
 };
 
-// States of 4 bytes (float, 32-bit integer sums and limits) publish flag and value as one
-// 64-bit word (flag << 32 | value bits) at HEAD + 8 * slot: one store, one load, no
-// fences between them, and a reader never sees a flag without its value.
-template <typename S>
-struct Packed {
-  static constexpr bool on = sizeof(S) == 4;
+// States of 4 bytes (float, 32-bit integer sums and limits): flag and value as one 64-bit
+// word (flag << 32 | value bits) at HEAD + 8 * slot: one store, one load, no fences
+// between them, and a reader never sees a flag without its value.
+template <typename Op, typename S>
+struct PackedStatus {
+  static constexpr bool fits = sizeof(S) == 4;
+  unsigned long long* word;
+  MLXA_DEVICE explicit PackedStatus(void* base)
+      : word(reinterpret_cast<unsigned long long*>(static_cast<char*>(base) + MLXA_SCAN_STATUS_HEAD)) {}
+  MLXA_DEVICE void publish(int64_t slot, S v, uint32_t f) const {
+    uint32_t bits;
+    __builtin_memcpy(&bits, &v, 4);
+    atomic_exch(&word[slot], (unsigned long long)f << 32 | bits);
+  }
+  MLXA_DEVICE S wait(int64_t slot, uint32_t* f) const {
+    const volatile unsigned long long* wp = &word[slot];
+    unsigned long long w;
+    do {
+      w = *wp;
+    } while ((w >> 32) == 0u);
+    *f = (uint32_t)(w >> 32);
+    const uint32_t bits = (uint32_t)w;
+    S v;
+    __builtin_memcpy(&v, &bits, 4);
+    return v;
+  }
 };
-MLXA_DEVICE uint64_t* packed_status(void* base) {
-  return reinterpret_cast<uint64_t*>(static_cast<char*>(base) + MLXA_SCAN_STATUS_HEAD);
-}
-template <typename S>
-MLXA_DEVICE uint64_t pack_status(S v, uint32_t f) {
-  uint32_t bits;
-  __builtin_memcpy(&bits, &v, 4);
-  return (uint64_t)f << 32 | bits;
-}
-template <typename S>
-MLXA_DEVICE S unpack_status(uint64_t w) {
-  const uint32_t bits = (uint32_t)w;
-  S v;
-  __builtin_memcpy(&v, &bits, 4);
-  return v;
-}
-
-template <typename S>
-MLXA_DEVICE void publish(S* slot, uint32_t* flag, S v, uint32_t f) {
-  *slot = v;
-  __threadfence();                // the value before the flag that announces it (device scope)
-  atomic_exch(flag, f);
-}
 
 // Exclusive prefix of chunk `c` of its row (slot: its status index), given its total:
 // the first wave publishes the total, then walks back over the row's earlier chunks a
 // wave at a time (lane order = position order), waiting for each to publish, combining
 // aggregates back to the nearest inclusive prefix. Every thread gets the result.
-template <typename Op, int W, typename S>
-MLXA_DEVICE S lookback_packed(void* base, int64_t slot, int64_t c, S total, S* bcast) {
-  uint64_t* word = packed_status(base);
+template <typename Op, int W, typename S, typename St>
+MLXA_DEVICE S lookback_prefix(const St& st, int64_t slot, int64_t c, S total, S* bcast) {
   if (wave_index<W>() == 0) {
     const int l = wave_lane<W>();
     S excl = Op::identity();
     if (c == 0) {
-      if (l == 0) atomic_exch(reinterpret_cast<unsigned long long*>(&word[slot]),
-                              (unsigned long long)pack_status(total, 2u));
+      if (l == 0) st.publish(slot, total, 2u);
     } else {
-      if (l == 0) atomic_exch(reinterpret_cast<unsigned long long*>(&word[slot]),
-                              (unsigned long long)pack_status(total, 1u));
-      for (int64_t last = c - 1;; last -= W) {
-        const int64_t p = last - (W - 1) + l;     // lane W-1: the nearest chunk
-        uint64_t w = pack_status(Op::identity(), 2u);   // before the row: identity, complete
-        if (p >= 0) {
-          const volatile uint64_t* wp = &word[slot - c + p];
-          do {
-            w = *wp;
-          } while ((w >> 32) == 0u);
-        }
-        const uint32_t f = (uint32_t)(w >> 32);
-        S v = unpack_status<S>(w);
-        const unsigned long long m = wave_ballot<W>(f == 2u);
-        const int stop = m ? 63 - __clzll(m) : -1;   // the nearest complete one
-        if (l < stop) v = Op::identity();         // inside that prefix already
-        const S in_order = wave_scan<Op, W>(v);
-        S window;
-        window.v = wave_shfl<W>(in_order.v, W - 1);
-        excl = Op::combine(window, excl);
-        if (m != 0ull) break;
-      }
-      if (l == 0) atomic_exch(reinterpret_cast<unsigned long long*>(&word[slot]),
-                              (unsigned long long)pack_status(Op::combine(excl, total), 2u));
-    }
-    if (l == 0) *bcast = excl;
-  }
-  sync_block();
-  return *bcast;
-}
-
-template <typename Op, int W, typename S>
-MLXA_DEVICE S lookback_prefix(const Status<S>& st, int64_t slot, int64_t c, S total, S* bcast) {
-  if (wave_index<W>() == 0) {
-    const int l = wave_lane<W>();
-    S excl = Op::identity();
-    if (c == 0) {
-      if (l == 0) publish(&st.inc[slot], &st.flag[slot], total, 2u);
-    } else {
-      if (l == 0) publish(&st.agg[slot], &st.flag[slot], total, 1u);
+      if (l == 0) st.publish(slot, total, 1u);
       for (int64_t last = c - 1;; last -= W) {
         const int64_t p = last - (W - 1) + l;     // lane W-1: the nearest chunk
         uint32_t f = 2u;                          // before the row: identity, complete
-        if (p >= 0) {
-          const volatile uint32_t* fp = &st.flag[slot - c + p];
-          do {
-            f = *fp;
-          } while (f == 0u);
-        }
-        __threadfence();                          // the flag before the value it announces
         S v = Op::identity();
-        if (p >= 0) {
-          const S* src = f == 2u ? &st.inc[slot - c + p] : &st.agg[slot - c + p];
-          v.v = *reinterpret_cast<const volatile typename Op::Acc*>(&src->v);
-        }
+        if (p >= 0) v = st.wait(slot - c + p, &f);
         const unsigned long long m = wave_ballot<W>(f == 2u);
         const int stop = m ? 63 - __clzll(m) : -1;   // the nearest complete one
         if (l < stop) v = Op::identity();         // inside that prefix already
@@ -357,7 +321,7 @@ MLXA_DEVICE S lookback_prefix(const Status<S>& st, int64_t slot, int64_t c, S to
         excl = Op::combine(window, excl);
         if (m != 0ull) break;
       }
-      if (l == 0) publish(&st.inc[slot], &st.flag[slot], Op::combine(excl, total), 2u);
+      if (l == 0) st.publish(slot, Op::combine(excl, total), 2u);
     }
     if (l == 0) *bcast = excl;
   }
@@ -460,11 +424,12 @@ MLXA_DEVICE void scan_rows(const ScanArgs& a) {
       sync_block();
     }
     if (lookback) {   // a chunk is one tile: its total is known before anything is written
-      if constexpr (Packed<S>::on)
-        carry = lookback_packed<Op, W>(a.totals, row * a.nchunks + chunk_id, chunk_id, total, &prefix_s);
+      const int64_t slot = row * a.nchunks + chunk_id;
+      if constexpr (PackedStatus<Op, S>::fits)
+        carry = lookback_prefix<Op, W>(PackedStatus<Op, S>(a.totals), slot, chunk_id, total, &prefix_s);
       else
-        carry = lookback_prefix<Op, W>(Status<S>(a.totals, a.rows * a.nchunks), row * a.nchunks + chunk_id,
-                                       chunk_id, total, &prefix_s);
+        carry = lookback_prefix<Op, W>(Status<Op, S>(a.totals, a.rows * a.nchunks), slot, chunk_id, total,
+                                       &prefix_s);
     }
     const S base = Op::combine(carry, before);
     if (a.mode != MLXA_SCAN_TOTALS) {
