@@ -4,6 +4,7 @@ primitive tables name real MLX classes, and every family compiles with nvcc for 
 exporting exactly the table's symbols (AMD targets: CI via build_kernels.py; one
 wave64 arch is checked here when the ROCm chroot exists)."""
 
+import lzma
 import os
 import re
 import shutil
@@ -117,8 +118,6 @@ def sm90_kernels(tmp_path_factory):
 
 @pytest.mark.parametrize("family", kt.families())
 def test_compiles_with_nvcc(family, sm90_kernels):
-    import lzma
-
     stored = sm90_kernels / "sm_90" / f"{family}.cubin.xz"
     data = lzma.decompress(stored.read_bytes())
     # extern "C" names appear verbatim in the symbol string table, nothing else exported
