@@ -179,8 +179,8 @@ def _plan_radix(op, key, dtype, n, rows, out_inner, rows_blob, device):
     psz = {None: 0, "u16": 2, "u32": 4, "u64": 8}[pay]
     sub = t.radix_tile(key, pay, w)
     cap = compute_units(device) * RADIX_BLOCKS_PER_CU
-    # a block walks `subtiles` sub-tiles in order: few enough blocks that the per-range
-    # counts stay small, enough (~4 per multiprocessor) to keep the device busy
+    # a block walks `subtiles` sub-tiles in order: at most RADIX_MAX_SUBTILES (short serial
+    # walks, see above), fewer where that already gives ~RADIX_BLOCKS_PER_CU / 2 blocks per CU
     subtiles = max(1, min(RADIX_MAX_SUBTILES, -(-rows * n // (sub * cap // 2)), -(-n // sub)))
     tile = sub * subtiles
     tiles = -(-n // tile)
