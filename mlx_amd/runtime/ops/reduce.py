@@ -40,6 +40,13 @@ _I32 = 2**31 - 1
 _GRID_Y = 65535
 _MAX_SPLITS = 1024
 _COL_THREADS = 256
+# Tuning knobs (tools/reduce_variants.py sweeps them on a GPU):
+# a row reduction whose row needs more than 8 waves takes a block of ROW_BLOCK threads
+# (rows over 16384 16-byte units: 512);
+ROW_BLOCK = 256
+# a column reduction splits its reduced range only when its blocks fill less than this
+# share of the device's resident blocks: each split adds a second launch.
+COL_SPLIT_BELOW = 1.0
 
 _T = None  # the family's kernel table module, loaded on first use
 
@@ -207,7 +214,7 @@ def _group(units, W):
         return g, 256
     if units <= 8 * W:
         return W, 256
-    b = 256 if units <= 16384 else 512
+    b = ROW_BLOCK if units <= 16384 else max(512, ROW_BLOCK)
     return b, b
 
 
@@ -267,7 +274,7 @@ def _col_launch(op, kin, kout, mask, C, cs, batch, red, device, W, refs):
         return None
     target = _resident_blocks(device, _COL_THREADS)
     S, chunk = 1, max(1, n_red)
-    if blocks < target and n_red >= 16 * by:
+    if blocks < target * COL_SPLIT_BELOW and n_red >= 16 * by:
         S = min(-(-target // blocks), _MAX_SPLITS, n_red // (8 * by))
         chunk = -(-n_red // S)
         S = -(-n_red // chunk)
