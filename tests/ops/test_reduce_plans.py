@@ -223,12 +223,26 @@ def test_reduce_layouts_execute(layout, axes, dtype):
     ("short_rows_outer", (3000, 2, 5), (0, 2)),
     ("outer_split", (600, 3, 40), (0, 2)),
 ])
-def test_splits_execute(dev, case):
+def test_splits_execute(dev, case, monkeypatch):
+    # one block on a 1-CU device fills it by the default rule (COL_SPLIT_BELOW): the split
+    # path is what this test runs, so split whenever the device is not full
+    monkeypatch.setattr(rd, "COL_SPLIT_BELOW", 1.0)
     _, shape, axes = case
     plan = check_reduce(R(shape, "float32"), axes, "sum", dev=dev, wave=dev.wave_size)
     check_reduce(R(shape, "int16"), axes, "max", dev=dev, seed=2, wave=dev.wave_size)
     if dev is not DEV:
         assert len(plan.steps) == 2 and len(plan.temps) == 1, f"{case}: expected a split"
+
+
+def test_column_splits_only_below_one_block_per_cu():
+    """A second pass costs more than it gains once the column blocks give each CU one
+    (tools/reduce_variants.py on an H100: (256,256,256) axis 1 f32 0.71 -> 0.87 of the copy
+    roofline without the split); 32 blocks on 132 CUs still split."""
+    d = props(cus=132)
+    p = rd.plan_node(reduce_node(R((256, 256, 256), "float32"), (1,)), d)
+    assert len(p.steps) == 1 and p.steps[0].kernel == "reduce_col_sum_float32_float32" and p.steps[0].grid[0] >= 132
+    p = rd.plan_node(reduce_node(R((32768, 4096), "float32"), (0,)), d)
+    assert len(p.steps) == 2 and p.steps[0].grid[0] < 132 and p.steps[0].grid[1] > 1
 
 
 def test_all_reduce_is_two_pass_and_fills_the_device():

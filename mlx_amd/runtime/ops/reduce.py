@@ -43,10 +43,10 @@ _COL_THREADS = 256
 # Tuning knobs (tools/reduce_variants.py sweeps them on a GPU):
 # a row reduction whose row needs more than 8 waves takes a block of ROW_BLOCK threads
 # (rows over 16384 16-byte units: 512);
-ROW_BLOCK = 256
+ROW_BLOCK = 128
 # a column reduction splits its reduced range only when its blocks fill less than this
 # share of the device's resident blocks: each split adds a second launch.
-COL_SPLIT_BELOW = 1.0
+COL_SPLIT_BELOW = 0.125
 
 _T = None  # the family's kernel table module, loaded on first use
 
