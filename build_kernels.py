@@ -111,6 +111,15 @@ NVCC_FLAGS = ["-x", "cu", "-O3", "-std=c++17", "--expt-relaxed-constexpr", *NVCC
 # the results should be the source's arithmetic, compared with MLX's CPU.
 EMU_FLAGS = ["-x", "c++", "-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden",
              "-ffp-contract=off", "-w"]
+# Helper libraries (hip_kernels/lib/<name>.hip): host code around a vendor primitives
+# library's device-wide algorithms (hipCUB/rocPRIM on AMD, CUB on NVIDIA), one shared
+# library per GPU target, loaded with ctypes (runtime/modules.py: Modules.library). None
+# for the emulator or the generic AMD targets: their users keep our own kernels.
+LIBRARIES = ("sortlib",)
+# rocPRIM 6.4 (Debian's) refuses these archs (its atomics header has no gfx950 case)
+LIBRARY_SKIP = {"sortlib": ("gfx950",)}
+LIB_AMD_FLAGS = ["-x", "hip", "-O3", "-std=c++17", "-fPIC", "-shared"]
+LIB_NVCC_FLAGS = ["-x", "cu", "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", *NVCC_WERROR]
 ERROR_LINES = 40  # compiler output shown per failure; the full text goes to build/kernels/logs
 
 
@@ -144,6 +153,24 @@ def outputs_for(family: str, target: str) -> dict:
         return {"file": f"{target}/{family}.so{COMPRESSED_SUFFIX}"}
     return {"file": f"{target}/{family}.cubin{COMPRESSED_SUFFIX}",
             "ptx": f"{target}/{family}.ptx{COMPRESSED_SUFFIX}"}
+
+
+def library_targets(name: str, targets) -> list:
+    """The targets among ``targets`` that get helper library ``name``."""
+    return [t for t in targets if kind_of(t) in ("amd", "nvidia") and not t.endswith("-generic")
+            and t not in LIBRARY_SKIP.get(name, ())]
+
+
+def library_outputs(name: str, target: str) -> dict:
+    return {"file": f"{target}/{name}.so{COMPRESSED_SUFFIX}"}
+
+
+def library_argv(target: str, name: str, src: Path, include_dirs: list, out_dir: Path) -> list:
+    inc = [a for d in include_dirs for a in ("-I", str(d))]
+    out = str(out_dir / compiled_name(library_outputs(name, target)["file"]))
+    if kind_of(target) == "amd":
+        return [LIB_AMD_FLAGS + [f"--offload-arch={target}"] + inc + ["-o", out, str(src)]]
+    return [LIB_NVCC_FLAGS + [f"-arch=sm_{target.split('_', 1)[1]}"] + inc + ["-o", out, str(src)]]
 
 
 def compiled_name(rel: str) -> str:
@@ -419,6 +446,7 @@ class Project:
     jobs: int = 1
     rocm_chroot: str | None = None
     verbose: bool = True
+    require_libraries: bool = False    # a helper library that does not compile fails the build
     _toolchains: dict = field(default_factory=dict)
 
     @property
@@ -528,12 +556,18 @@ class Project:
             h.update(sha256_file(p).encode())
         return h.hexdigest()
 
+    def library_source(self, name: str) -> Path:
+        return self.src_dir / "lib" / f"{name}.hip"
+
     def family_header_digest(self, family: str) -> str:
-        """The headers under hip_kernels/include that <family>.hip reaches through quoted
+        return self.header_digest_of(self.src_dir / f"{family}.hip")
+
+    def header_digest_of(self, source: Path) -> str:
+        """The headers under hip_kernels/include that ``source`` reaches through quoted
         #includes, transitively (every #include counts, whatever #if it sits under). A
         generated .inc is keyed on its own; a quoted include found nowhere here makes every
         header count, so a dependency is never missed."""
-        found, stack = set(), [self.src_dir / f"{family}.hip"]
+        found, stack = set(), [source]
         while stack:
             f = stack.pop()
             for name in _QUOTED_INCLUDE.findall(f.read_text(errors="replace")):
@@ -594,6 +628,7 @@ class Unit:
     target: str
     key: str
     outputs: dict                  # role -> path relative to out_dir
+    library: bool = False          # a helper library (LIBRARIES), not a kernel family
 
     @property
     def kind(self) -> str: return kind_of(self.target)
@@ -627,6 +662,19 @@ def plan(proj: Project, targets: list) -> list:
                 "headers": headers[fam], "inc": inc[fam], "compiler": version, "flags": flag_signature(t),
                 **extra}, sort_keys=True).encode())
             units.append(Unit(fam, t, key, outputs_for(fam, t)))
+    for name in LIBRARIES:
+        src = proj.library_source(name)
+        if not src.is_file():   # a project without it (the build tests' tiny tree)
+            continue
+        for t in library_targets(name, targets):
+            version = proj.toolchain(kind_of(t)).version(proj.root)
+            flags = [[a for a in argv if not a.startswith("/")]
+                     for argv in library_argv(t, name, Path("/s"), [Path("/i")], Path("/o"))]
+            key = sha256_bytes(json.dumps({
+                "rules": RULES_VERSION, "library": name, "target": t, "source": sha256_file(src),
+                "headers": proj.header_digest_of(src), "compiler": version, "flags": flags},
+                sort_keys=True).encode())
+            units.append(Unit(name, t, key, library_outputs(name, t), library=True))
     return units
 
 
@@ -714,8 +762,12 @@ def _run_batch(proj: Project, kind: str, units: list, report: Report) -> list:
     jobs = []
     for u in units:
         (work / u.target).mkdir(parents=True, exist_ok=True)
-        src = proj.emu_wrapper(u.family) if kind == "emu" else proj.src_dir / f"{u.family}.hip"
-        cmds = [[tc.compiler] + a for a in compile_argv(u.target, u.family, src, incs, work / u.target)]
+        if u.library:
+            argv = library_argv(u.target, u.family, proj.library_source(u.family), incs, work / u.target)
+        else:
+            src = proj.emu_wrapper(u.family) if kind == "emu" else proj.src_dir / f"{u.family}.hip"
+            argv = compile_argv(u.target, u.family, src, incs, work / u.target)
+        cmds = [[tc.compiler] + a for a in argv]
         jobs.append({"id": u.id, "cmds": cmds})
     jobs_file, results_file = work / "jobs.json", work / "results.json"
     jobs_file.write_text(json.dumps(jobs))
@@ -785,10 +837,17 @@ def _build(proj: Project, targets: list) -> Report:
             errors += _run_batch(proj, kind, batch, report)
     failed = set(report.failed)
     write_manifest(proj, [u for u in units if u.id not in failed], [u for u in units if u.id in failed])
+    if not proj.require_libraries:
+        # optional: e.g. an install-time build on a ROCm without hipCUB/rocPRIM headers
+        for u in units:
+            if u.library and u.id in failed:
+                errors = [e for e in errors if not e.startswith(u.id + ":")]
+                proj.log(f"note: helper library {u.id} did not compile (build/kernels/logs/{u.target}/"
+                         f"{u.family}.log); what it does runs on our own kernels")
     if errors:
         raise BuildError(f"{len(errors)} compile(s) failed:\n" + "\n".join(errors))
     # This run vouches for its own targets; others kept in the manifest only get a note.
-    report.problems = check(proj, set(targets))
+    report.problems = check(proj, set(targets), proj.require_libraries)
     if report.problems:
         raise BuildError("built kernels fail the check:\n  " + "\n  ".join(report.problems))
     others = sorted({p.split("/")[0].split(":")[0] for p in check(proj)} - set(targets))
@@ -837,7 +896,8 @@ def write_manifest(proj: Project, good: list, failed: list) -> dict:
          "file": rel path of the stored (compressed) file, "sha256": of that file,
          "image_sha256": of the decompressed image, "image_size": its bytes,
          "kernels": [names],
-         ("ptx", "ptx_sha256", "ptx_image_sha256", "ptx_image_size": the same for the PTX, NVIDIA)}}}}}
+         ("ptx", "ptx_sha256", "ptx_image_sha256", "ptx_image_size": the same for the PTX, NVIDIA)}}}},
+     "libraries": {target: {library: {"file", "sha256", "image_sha256", "image_size"}}}}
     """
     raw = proj.read_raw_manifest()
     if raw and raw.get("version") != MANIFEST_VERSION:
@@ -846,8 +906,14 @@ def write_manifest(proj: Project, good: list, failed: list) -> dict:
     families = proj.families()
     man = {"version": MANIFEST_VERSION, "compression": COMPRESSION,
            "sources": {f: sha256_file(proj.src_dir / f"{f}.hip") for f in families},
-           "compilers": dict(old.get("compilers", {})), "targets": {}}
+           "compilers": dict(old.get("compilers", {})), "targets": {}, "libraries": {}}
     fresh_targets = {u.target for u in good} | {u.target for u in failed}
+    for t, libs in (old.get("libraries") or {}).items():
+        keep = {n: e for n, e in libs.items() if t not in fresh_targets and n in LIBRARIES
+                and ("missing" in e or (proj.out_dir / e["file"]).is_file()
+                     and sha256_file(proj.out_dir / e["file"]) == e["sha256"])}
+        if keep:
+            man["libraries"][t] = keep
     # Keep other targets' entries only while their files are intact and the family still exists.
     for t, entry in old.get("targets", {}).items():
         if t in fresh_targets:
@@ -859,6 +925,13 @@ def write_manifest(proj: Project, good: list, failed: list) -> dict:
             man["targets"][t] = {"kind": entry.get("kind", kind_of(t)), "families": fams}
     for u in good:
         man["compilers"][u.kind] = proj.toolchain(u.kind).version(proj.root)
+        if u.library:
+            rel = u.outputs["file"]
+            info = _image_info(proj, u, rel)
+            man["libraries"].setdefault(u.target, {})[u.family] = {
+                "file": rel, "sha256": sha256_file(proj.out_dir / rel),
+                "image_sha256": info["sha256"], "image_size": info["size"]}
+            continue
         e = {}
         for role, prefix in (("file", ""), ("ptx", "ptx_")):
             if role not in u.outputs:
@@ -873,10 +946,14 @@ def write_manifest(proj: Project, good: list, failed: list) -> dict:
         e["kernels"] = sorted(kernels)
         man["targets"].setdefault(u.target, {"kind": u.kind, "families": {}})["families"][u.family] = e
     for u in failed:  # never leave an object the manifest no longer vouches for
+        if u.library:
+            man["libraries"].setdefault(u.target, {})[u.family] = {"missing": "did not compile"}
         for rel in u.outputs.values():
             (proj.out_dir / rel).unlink(missing_ok=True)
         proj.stamp_path(u.family, u.target).unlink(missing_ok=True)
     man["targets"] = dict(sorted(man["targets"].items()))
+    man["libraries"] = {t: dict(sorted(v.items())) for t, v in sorted(man["libraries"].items())
+                        if t in man["targets"]}
     # a compiler only for the kinds of targets still present (a stray emu build once left its own)
     kinds = {t["kind"] for t in man["targets"].values()}
     man["compilers"] = {k: v for k, v in sorted(man["compilers"].items()) if k in kinds}
@@ -1040,7 +1117,7 @@ def resource_problems(target: str, kernels: dict) -> list:
     return [f"{len(v)} kernel(s) {what}: {_names(v, 4)}" for what, v in found.items()]
 
 
-def check(proj: Project, targets=None) -> list:
+def check(proj: Project, targets=None, require_libraries: bool = False) -> list:
     """Problems with the built kernels (all, or those of ``targets``), one line each naming
     target, family and what is wrong."""
     outdated = proj.outdated_manifest()
@@ -1106,6 +1183,41 @@ def check(proj: Project, targets=None) -> list:
                 lacking = sorted(want - elf.ptx_entries(ptx))
                 if lacking:
                     problems.append(f"{where}: missing kernels in {e['ptx']}: {_names(lacking)}")
+        problems += _check_libraries(proj, man, t, require_libraries)
+    return problems
+
+
+# what each helper library must export (runtime/modules.py binds them)
+LIBRARY_SYMBOLS = {"sortlib": (b"mlxa_sortlib_abi", b"mlxa_sort_pairs")}
+
+
+def _check_libraries(proj: Project, man: dict, t: str, require: bool) -> list:
+    """A target's helper libraries: present where they are built, intact, x86-64 shared
+    objects exporting their entry points. One that did not compile is a problem only when
+    ``require`` (CI); installs may lack the vendor headers."""
+    problems = []
+    libs = (man.get("libraries") or {}).get(t, {})
+    for name in LIBRARIES:
+        where = f"{t}/{name}"
+        e = libs.get(name)
+        if e is None:
+            if library_targets(name, [t]) and proj.library_source(name).is_file():
+                problems.append(f"{where}: helper library not built (rebuild this target)")
+            continue
+        if "missing" in e:
+            if require:
+                problems.append(f"{where}: helper library {e['missing']}")
+            continue
+        image = _checked_image(proj, where, e, "file", problems)
+        if image is None:
+            continue
+        # ELF64, little-endian, ET_DYN (3), EM_X86_64 (62)
+        if image[:6] != b"\x7fELF\x02\x01" or image[16:18] != b"\x03\x00" or image[18:20] != b"\x3e\x00":
+            problems.append(f"{where}: {e['file']} is not an x86-64 shared library")
+            continue
+        lacking = [sym.decode() for sym in LIBRARY_SYMBOLS.get(name, ()) if sym + b"\x00" not in image]
+        if lacking:
+            problems.append(f"{where}: {e['file']} does not export {', '.join(lacking)}")
     return problems
 
 
@@ -1163,6 +1275,16 @@ def report(proj: Project) -> dict:
             tgt["families"][fam] = row
             tgt["stored_bytes"] += stored
             tgt["image_bytes"] += image_bytes
+        for name, e in (man.get("libraries") or {}).get(t, {}).items():
+            if "file" not in e:
+                continue
+            try:
+                stored = (proj.out_dir / e["file"]).stat().st_size
+            except OSError as err:
+                raise BuildError(f"{t}/{name}: {err}; run check") from None
+            tgt.setdefault("libraries", {})[name] = {"stored_bytes": stored, "image_bytes": e.get("image_size", 0)}
+            tgt["stored_bytes"] += stored
+            tgt["image_bytes"] += e.get("image_size", 0)
         total["stored_bytes"] += tgt["stored_bytes"]
         total["image_bytes"] += tgt["image_bytes"]
         out["targets"][t] = tgt
@@ -1214,6 +1336,8 @@ def report_markdown(rep: dict) -> str:
             L += ["| family | kernels | stored KiB | image KiB |", "|---|---|---|---|"]
             for fam, r in tgt["families"].items():
                 L.append(f"| {fam} | {r['kernels']} | {_kib(r['stored_bytes'])} | {_kib(r['image_bytes'])} |")
+        for name, r in tgt.get("libraries", {}).items():
+            L += ["", f"Helper library {name}: {_kib(r['stored_bytes'])} KiB stored, {_kib(r['image_bytes'])} KiB as loaded."]
         L += ["", f"{t}: {_kib(tgt['stored_bytes'])} KiB stored, {_kib(tgt['image_bytes'])} KiB decompressed.", ""]
     tot = rep["total"]
     L.append(f"All targets: {_kib(tot['stored_bytes'])} KiB stored, {_kib(tot['image_bytes'])} KiB decompressed.")
@@ -1269,6 +1393,7 @@ def clean(proj: Project, targets: list | None) -> None:
     if man:
         for t in targets:
             man.get("targets", {}).pop(t, None)
+            man.get("libraries", {}).pop(t, None)
         write_atomic(proj.manifest_path, (json.dumps(man, indent=1) + "\n").encode())
 
 
@@ -1298,6 +1423,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", metavar="FILE", help="report: also write the report as JSON")
     ap.add_argument("--markdown", metavar="FILE", help="report: also write the report as markdown")
     ap.add_argument("-q", "--quiet", action="store_true")
+    ap.add_argument("--require-libraries", action="store_true",
+                    help="a helper library (hip_kernels/lib) that does not compile is an error, not a note (CI)")
     return ap
 
 
@@ -1306,7 +1433,8 @@ def main(argv=None) -> int:
     root = Path(args.root).resolve()
     proj = Project(root=root, out_dir=Path(args.out_dir).resolve() if args.out_dir else root / "mlx_amd" / "kernels",
                    cache_dir=Path(args.cache_dir).resolve() if args.cache_dir else None,
-                   jobs=max(1, args.jobs), rocm_chroot=args.rocm_chroot, verbose=not args.quiet)
+                   jobs=max(1, args.jobs), rocm_chroot=args.rocm_chroot, verbose=not args.quiet,
+                   require_libraries=args.require_libraries)
     try:
         if args.jobs < 1:
             raise BuildError("-j must be at least 1")
@@ -1332,7 +1460,7 @@ def main(argv=None) -> int:
                 print(md, end="")
             return 0
         if args.command == "check":
-            problems = check(proj)
+            problems = check(proj, require_libraries=args.require_libraries)
             for p in problems:
                 print(f"check: {p}", file=sys.stderr)
             if not problems:

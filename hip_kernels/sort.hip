@@ -264,12 +264,14 @@ MLXA_DEVICE void radix_keys(const RadixKeysArgs& a) {
   const int64_t n = r.n;
   const U* in = static_cast<const U*>(a.in) + row_offset(r, row);
   U* keys = static_cast<U*>(a.keys) + row * n;
-  U* raw = a.write_raw ? static_cast<U*>(a.raw) + row * n : nullptr;
+  U* raw = a.write_raw == 1 ? static_cast<U*>(a.raw) + row * n : nullptr;
+  uint32_t* pos = a.write_raw == 2 ? static_cast<uint32_t*>(a.raw) + row * n : nullptr;
   const U abs_inf = (U)r.abs_inf;
   for (int64_t j = global_thread(); j < n; j += grid_threads()) {
     const U b = in[j * r.in_axis_stride];
     keys[j] = to_key(b, r.kind, abs_inf);
     if (raw) raw[j] = b;
+    if (pos) pos[j] = (uint32_t)j;
   }
 }
 

@@ -22,7 +22,12 @@ and exits non-zero on any mismatch. It checks that:
   6. the FFT library (mlx_amd/runtime/fft/table.py): libhipfft exports every hipFFT row,
      each prototype matches hipfft.h, and the enum values the table hard-codes match;
   7. the solver library (mlx_amd/runtime/solver/table.py): libhipsolver exports every
-     hipSOLVER row, each prototype matches hipsolver.h, and its enum values match.
+     hipSOLVER row, each prototype matches hipsolver.h, and its enum values match;
+  8. our helper libraries built for the AMD archs (build_kernels.py LIBRARIES, e.g.
+     mlx_amd/kernels/gfx1100/sortlib.so.xz) load against this runtime's libamdhip64 with
+     every symbol resolved (RTLD_NOW) and report the ABI runtime/sortlib.py binds
+     (--libraries report: a failure to load is printed, not failed, e.g. ROCm 5.7, whose
+     libamdhip64.so.5 they were not linked against).
 
 The driver package is imported without running mlx_amd/__init__.py (which needs
 mlx): the parent packages are created by hand. The header parser here is plain
@@ -407,11 +412,52 @@ def check_solver(include: str, no_compile: bool) -> list:
                          want, "hipsolver/hipsolver.h", "libhipsolver-dev", no_compile)
 
 
+def check_libraries() -> list:
+    """Load each AMD target's helper libraries from the built kernels (section 8)."""
+    import json
+    import lzma
+    import tempfile
+
+    kdir = os.path.join(REPO, "mlx_amd", "kernels")
+    try:
+        man = json.load(open(os.path.join(kdir, "manifest.json")))
+    except (OSError, ValueError):
+        print("libraries: no built kernels (run build_kernels.py), nothing to load")
+        return []
+    abi_src = open(os.path.join(REPO, "mlx_amd", "runtime", "sortlib.py")).read()
+    abi = int(re.search(r"^ABI = (\d+)", abi_src, re.M).group(1))
+    problems, loaded = [], 0
+    libs = {t: v for t, v in (man.get("libraries") or {}).items() if t.startswith("gfx")}
+    for t, entries in sorted(libs.items()):
+        for name, e in sorted(entries.items()):
+            image = lzma.decompress(open(os.path.join(kdir, e["file"]), "rb").read())
+            with tempfile.NamedTemporaryFile(suffix=".so") as f:
+                f.write(image)
+                f.flush()
+                try:
+                    lib = ctypes.CDLL(f.name, mode=os.RTLD_NOW)
+                except OSError as err:
+                    problems.append(f"{t}/{name} does not load: {err}")
+                    continue
+            if name == "sortlib":
+                lib.mlxa_sortlib_abi.restype = ctypes.c_int
+                got = lib.mlxa_sortlib_abi()
+                if got != abi:
+                    problems.append(f"{t}/{name}: ABI {got}, runtime/sortlib.py binds {abi}")
+                    continue
+            loaded += 1
+    total = sum(len(v) for v in libs.values())
+    print(f"libraries: {loaded}/{total} helper libraries load")
+    return problems
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--include", default="/usr/include", help="folder holding hip/hip_runtime_api.h")
     ap.add_argument("--no-compile", action="store_true", help="skip the compiled constant/offset check")
     ap.add_argument("--require-rocblas", action="store_true", help="fail when rocBLAS is not installed")
+    ap.add_argument("--libraries", choices=("require", "report"), default="require",
+                    help="helper libraries that do not load: fail (default) or only report")
     ap.add_argument("--no-blas", action="store_true",
                     help="HIP only (a ROCm without hipBLASLt, e.g. Debian trixie's ROCm 5.7)")
     args = ap.parse_args(argv)
@@ -494,6 +540,13 @@ def main(argv=None) -> int:
         problems += check_blas(args.include, args.no_compile, args.require_rocblas)
         problems += check_fft(args.include, args.no_compile)
         problems += check_solver(args.include, args.no_compile)
+
+    # 8. our helper libraries
+    lib_problems = check_libraries()
+    if args.libraries == "require":
+        problems += lib_problems
+    for p in lib_problems if args.libraries == "report" else ():
+        print(f"NOTE: {p}")
 
     for p in problems:
         print(f"FAIL: {p}")

@@ -25,6 +25,18 @@ def check(path: str, want=None) -> list:
             return problems + ["no mlx_amd/kernels/manifest.json: the wheel carries no kernels"]
         man = json.loads(z.read("mlx_amd/kernels/manifest.json"))
         kernels_bytes = 0
+        for target, libs in sorted((man.get("libraries") or {}).items()):
+            for name, e in libs.items():
+                if "file" not in e:     # did not compile at install time: our kernels serve
+                    continue
+                member = f"mlx_amd/kernels/{e['file']}"
+                if member not in names:
+                    problems.append(f"{target}/{name}: {member} missing")
+                    continue
+                data = z.read(member)
+                kernels_bytes += len(data)
+                if hashlib.sha256(data).hexdigest() != e.get("sha256"):
+                    problems.append(f"{target}/{name}: {member} does not match the manifest")
         for target, entry in sorted(man.get("targets", {}).items()):
             for fam, e in entry.get("families", {}).items():
                 for role, sha in (("file", "sha256"), ("ptx", "ptx_sha256")):

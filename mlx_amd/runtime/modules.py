@@ -256,3 +256,65 @@ class Modules:
                 self.driver.module_unload(mod)
             except Exception:  # interpreter shutdown or a lost device: nothing left to free
                 pass
+
+
+# --- helper libraries ------------------------------------------------------------------------
+# build_kernels.py's LIBRARIES: a shared library per GPU target (<target>/<name>.so.xz, listed
+# under the manifest's "libraries"), loaded with ctypes. Optional by design: a build, target
+# or host without one keeps our own kernels for what it would do.
+LIBRARIES_ENV = "MLX_AMD_LIBRARIES"     # "none": never load a helper library
+
+_libraries: dict = {}                   # (kernel dir, name, arch) -> (CDLL or None, reason)
+_libraries_lock = threading.Lock()
+_library_fds: list = []                 # in-memory files of the loaded libraries
+
+
+def library(name: str, arch: str):
+    """``(ctypes.CDLL or None, reason)`` for helper library ``name`` built for ``arch``;
+    loaded once per process (decompressed, checked against the manifest's image hash, and
+    dlopen'ed from an anonymous in-memory file: nothing is written to disk)."""
+    if os.environ.get(LIBRARIES_ENV, "").lower() == "none":
+        return None, f"{LIBRARIES_ENV}=none"
+    key = (str(kernel_dir()), name, arch)
+    with _libraries_lock:
+        if key not in _libraries:
+            _libraries[key] = _load_library(kernel_dir(), name, arch)
+        return _libraries[key]
+
+
+def _load_library(directory: Path, name: str, arch: str):
+    import ctypes
+
+    try:
+        man = json.loads((directory / "manifest.json").read_text())
+        e = ((man.get("libraries") or {}).get(arch) or {}).get(name)
+    except (OSError, ValueError, AttributeError) as err:
+        return None, f"no manifest: {err}"
+    if not e or "file" not in e:
+        return None, f"this build has no {name} for {arch}" + (f" ({e['missing']})" if e else "")
+    path = directory / e["file"]
+    try:
+        dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+        image = dec.decompress(path.read_bytes())
+        if not dec.eof or dec.unused_data:
+            raise lzma.LZMAError("truncated stream" if not dec.eof else "bytes after the stream")
+    except (OSError, lzma.LZMAError) as err:
+        return None, f"{path}: {err}"
+    if hashlib.sha256(image).hexdigest() != e.get("image_sha256"):
+        return None, f"{path} does not match manifest.json (stale or damaged)"
+    try:
+        fd = os.memfd_create(f"mlx-amd-{name}", os.MFD_CLOEXEC)
+    except (AttributeError, OSError) as err:
+        return None, f"no in-memory file for {name}: {err}"
+    try:
+        with open(fd, "wb", closefd=False) as f:
+            f.write(image)
+        # the file stays open for the process: dlopen knows a library by its path, and a
+        # reused descriptor number would hand back the library loaded under it before
+        lib = ctypes.CDLL(f"/proc/self/fd/{fd}")
+        _library_fds.append(fd)
+        return lib, ""
+    except OSError as err:   # e.g. the vendor runtime it links against is missing
+        os.close(fd)
+        return None, f"{name} for {arch} does not load: {err}"
+

@@ -15,7 +15,8 @@ CHROOT = os.environ.get("ROCM_CHROOT", "/var/cache/rocm-sid-root")
 ROCM57 = ("libamdhip64-dev python3 clang")
 RUNTIMES = {
     "rocm-6.4": ("sid", CHROOT, None, ["--require-rocblas"]),
-    "rocm-5.7": ("trixie", os.environ.get("ROCM57_CHROOT", "/var/cache/rocm-trixie-root"), ROCM57, ["--no-blas"]),
+    "rocm-5.7": ("trixie", os.environ.get("ROCM57_CHROOT", "/var/cache/rocm-trixie-root"), ROCM57,
+                 ["--no-blas", "--libraries", "report"]),
 }
 
 
@@ -46,3 +47,8 @@ def test_hip_bindings_match_rocm_headers_and_library(runtime):
         fallback = int(line.split(", ")[1].split()[0]) if "older-runtime fallback" in line else 0
         assert done + fallback == total and total > 0, line
     assert "device_count: 0" in lines or any(l.startswith("device 0:") for l in lines)
+    # our helper libraries (sortlib) load against ROCm 6.x's libamdhip64.so.6
+    line = next(l for l in lines if l.startswith("libraries:"))
+    if runtime == "rocm-6.4" and "load" in line.split():
+        done, total = (int(x) for x in line.split()[1].split("/"))
+        assert done == total, out

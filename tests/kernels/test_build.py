@@ -607,3 +607,106 @@ def test_amd_check_and_report_read_the_code_objects(tiny, tmp_path):
     with pytest.raises(bk.BuildError, match=r"built kernels fail the check:\n  gfx1100/delta: 1 kernel\(s\) use "
                                             r"scratch \(private segment\): delta_scratch \(\d+ B per work-item\)"):
         bk.build(proj, ["gfx1100"])
+
+
+# ----------------------------------------------------------------------------- helper libraries
+
+FAKE_SORTLIB = r'''
+#include <stddef.h>
+#include <stdint.h>
+extern "C" int mlxa_sortlib_abi(void) { return 1; }
+extern "C" int mlxa_sort_pairs(int, int, void*, size_t* temp_bytes, const void*, void*, const void*, void*,
+                               int64_t, int, void*) { *temp_bytes = 123; return 0; }
+'''
+
+
+def test_helper_library_build_manifest_check_and_load(tiny, tmp_path, monkeypatch):
+    """A hip_kernels/lib/<name>.hip becomes <target>/<name>.so.xz, listed under the manifest's
+    "libraries", checked (intact, an x86-64 shared object exporting its entry points) and
+    loaded by the runtime from memory; the emulator gets none."""
+    needs_nvcc()
+    (tiny / "hip_kernels" / "lib").mkdir()
+    (tiny / "hip_kernels" / "lib" / "sortlib.hip").write_text(FAKE_SORTLIB)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    rep = bk.build(project(tiny, cache), ["sm_90"])
+    assert sorted(rep.built) == ["sm_90/alpha", "sm_90/beta", "sm_90/sortlib"]
+    libs = manifest(tiny)["libraries"]
+    e = libs["sm_90"]["sortlib"]
+    assert e["file"] == "sm_90/sortlib.so.xz"
+    image = lzma.decompress((tiny / "mlx_amd" / "kernels" / e["file"]).read_bytes())
+    assert bk.sha256_bytes(image) == e["image_sha256"] and image[:4] == b"\x7fELF"
+    assert bk.check(project(tiny)) == []
+    # not rebuilt when nothing changed; a source change rebuilds it alone
+    assert bk.build(project(tiny, cache), ["sm_90"]).built == []
+    with open(tiny / "hip_kernels" / "lib" / "sortlib.hip", "a") as f:
+        f.write("// touched\n")
+    assert bk.build(project(tiny, cache), ["sm_90"]).built == ["sm_90/sortlib"]
+    e = manifest(tiny)["libraries"]["sm_90"]["sortlib"]
+    image = lzma.decompress((tiny / "mlx_amd" / "kernels" / e["file"]).read_bytes())
+
+    # the runtime loads it from memory and calls it
+    from mlx_amd.runtime import modules, sortlib
+
+    monkeypatch.setenv("MLX_AMD_KERNEL_DIR", str(tiny / "mlx_amd" / "kernels"))
+    monkeypatch.delenv(modules.LIBRARIES_ENV, raising=False)
+    monkeypatch.setattr(modules, "_libraries", {})
+    monkeypatch.setattr(sortlib, "_bound", {})
+    lib = sortlib.get("sm_90")
+    assert lib is not None and lib.abi() == sortlib.ABI and lib.temp_bytes(4, 4, 1000) == 123
+    assert sortlib.get("gfx1100") is None and "no sortlib for gfx1100" in sortlib.why_not("gfx1100")
+    monkeypatch.setenv(modules.LIBRARIES_ENV, "none")
+    assert sortlib.get("sm_90") is None
+
+    # damage is found by check and refused by the loader
+    p = tiny / "mlx_amd" / "kernels" / e["file"]
+    good = p.read_bytes()
+    p.write_bytes(lzma.compress(image[:-1] + b"\x01", format=lzma.FORMAT_XZ))
+    assert any("does not match" in x and "sortlib" in x for x in bk.check(project(tiny)))
+    monkeypatch.delenv(modules.LIBRARIES_ENV)
+    monkeypatch.setattr(modules, "_libraries", {})
+    lib, why = modules.library("sortlib", "sm_90")
+    assert lib is None and "does not match manifest.json" in why
+    # an object that is not a shared library, or lacks an entry point
+    p.write_bytes(lzma.compress(b"\x7fELF\x02\x01" + bytes(40), format=lzma.FORMAT_XZ))
+    m = manifest(tiny)
+    blob = lzma.decompress(p.read_bytes())
+    m["libraries"]["sm_90"]["sortlib"].update(sha256=bk.sha256_bytes(p.read_bytes()), image_sha256=bk.sha256_bytes(blob),
+                                              image_size=len(blob))
+    (tiny / "mlx_amd" / "kernels" / "manifest.json").write_text(json.dumps(m))
+    assert any("not an x86-64 shared library" in x for x in bk.check(project(tiny)))
+    p.write_bytes(good)
+    m["libraries"]["sm_90"]["sortlib"].update(sha256=bk.sha256_bytes(good), image_sha256=e["image_sha256"],
+                                              image_size=e["image_size"])
+    (tiny / "mlx_amd" / "kernels" / "manifest.json").write_text(json.dumps(m))
+    assert bk.check(project(tiny)) == []
+    # a build that lost it is stale
+    del m["libraries"]["sm_90"]
+    (tiny / "mlx_amd" / "kernels" / "manifest.json").write_text(json.dumps(m))
+    assert any("sm_90/sortlib: helper library not built" in x for x in bk.check(project(tiny)))
+
+
+def test_helper_library_targets():
+    assert bk.library_targets("sortlib", ["gfx1100", "gfx950", "gfx11-generic", "sm_90", "emu32"]) == \
+        ["gfx1100", "sm_90"]
+    argv = bk.library_argv("gfx942", "sortlib", Path("/s/x.hip"), [Path("/i")], Path("/o"))
+    assert argv[0][-3:] == ["-o", "/o/sortlib.so", "/s/x.hip"] and "--offload-arch=gfx942" in argv[0]
+    assert "--cuda-device-only" not in argv[0] and "-shared" in argv[0]
+
+
+def test_helper_library_that_does_not_compile_is_a_note_unless_required(tiny, capsys):
+    """An install without the vendor's headers still installs (the note names the log; the
+    launcher uses our kernels); CI's --require-libraries makes it an error."""
+    needs_nvcc()
+    (tiny / "hip_kernels" / "lib").mkdir()
+    (tiny / "hip_kernels" / "lib" / "sortlib.hip").write_text("#include <no_such_vendor_header.h>\n")
+    p = project(tiny)
+    p.verbose = True
+    rep = bk.build(p, ["sm_90"])
+    assert rep.failed == ["sm_90/sortlib"] and sorted(rep.built) == ["sm_90/alpha", "sm_90/beta"]
+    assert "helper library sm_90/sortlib did not compile" in capsys.readouterr().out
+    assert manifest(tiny)["libraries"]["sm_90"]["sortlib"] == {"missing": "did not compile"}
+    assert bk.check(project(tiny)) == []
+    assert bk.check(project(tiny), require_libraries=True) == ["sm_90/sortlib: helper library did not compile"]
+    with pytest.raises(bk.BuildError, match="sm_90/sortlib: compiler exit"):
+        bk.build(project(tiny, require_libraries=True), ["sm_90"])

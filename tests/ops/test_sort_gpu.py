@@ -3,7 +3,9 @@
 Sort and ArgSort are fully determined (stable, NaNs last, -0.0 == +0.0 kept in input
 order) and compared bit for bit; Partition/ArgPartition results are checked for the
 partition property, the per-row multiset and MLX's kth value. Both the shared-memory
-path (rows <= 4096) and the radix path (longer rows) run at both wave widths."""
+path (rows <= 4096) and the radix path (longer rows) run at both wave widths; the long-row
+tests run once on our radix passes and once through the helper library (the vendor's radix
+sort, runtime/sortlib.py) where the build carries it for the device."""
 
 import mlx.core as mx
 import numpy as np
@@ -125,33 +127,90 @@ def test_signed_zero_and_nan_stability(gpu_runtime):
 
 
 # ---------------------------------------------------------------- radix path, both widths
+class SortPath:
+    """Which long-row path a test asked for ("ours" or "library") and the library calls seen."""
+
+    def __init__(self, name, available, why):
+        self.name, self.available, self.why, self.calls = name, available, why, 0
+
+    def check(self):
+        """For a library-eligible shape: the library ran iff it is in this build for the
+        device (a build that lists it must load it); ours never calls it."""
+        if self.name == "ours" or not self.available:
+            assert self.calls == 0, f"{self.name}: the sort library ran ({self.why})"
+        else:
+            assert self.calls > 0, "the sort library is available but was not used"
+
+
+@pytest.fixture(params=["ours", "library"])
+def sort_path(request, gpu_runtime, monkeypatch):
+    import json
+
+    from mlx_amd.runtime import modules, sortlib
+    from mlx_amd.runtime.ops import sort as so
+
+    arch = str(gpu_runtime.props.arch)
+    available = sortlib.get(arch) is not None
+    try:
+        man = json.loads((modules.kernel_dir() / "manifest.json").read_text())
+        listed = "sortlib" in (man.get("libraries") or {}).get(arch, {})
+    except (OSError, ValueError):
+        listed = False
+    assert available or not listed, f"sortlib is built for {arch} but does not load: {sortlib.why_not(arch)}"
+    path = SortPath(request.param, available, sortlib.why_not(arch) or "loaded")
+    if request.param == "ours":
+        monkeypatch.setattr(so, "LIBRARY_MAX_ROWS", 0)
+    original = so.LibrarySort.__call__
+
+    def counted(self, ptrs, stream, ctx):
+        path.calls += 1
+        return original(self, ptrs, stream, ctx)
+
+    monkeypatch.setattr(so.LibrarySort, "__call__", counted)
+    ev = gpu_runtime.evaluator
+    ev.plans.clear()
+    ev.drop_programs()
+    yield path
+    ev.plans.clear()
+    ev.drop_programs()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_sort_argsort_radix(gpu_runtime, wave, dtype):
+def test_sort_argsort_radix(gpu_runtime, wave, sort_path, dtype):
     x = data(dtype, (3, 9000), seed=11)
     assert_exact(lambda a: mx.sort(a, axis=1), x, "Sort")
     assert_exact(lambda a: mx.argsort(a, axis=1), x, "ArgSort")
+    sort_path.check()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.large
-def test_radix_subtiles(gpu_runtime, wave, dtype):
+def test_radix_subtiles(gpu_runtime, wave, sort_path, dtype):
     """Rows long enough that each radix block walks several sub-tiles (the count of them
     scales with the rows' total size against the device's multiprocessors), the last
     range partial."""
     x = data(dtype, (2, (1 << 21) + 77), seed=12)
     assert_exact(lambda a: mx.sort(a, axis=1), x, "Sort")
     assert_exact(lambda a: mx.argsort(a, axis=1), x, "ArgSort")
+    sort_path.check()
 
 
-@pytest.mark.parametrize("shape,axis", [((1 << 20,), 0), ((5000, 3), 0), ((2, 12289, 2), 1),
+@pytest.mark.parametrize("shape,axis", [((1 << 20,), 0), ((5000, 3), 0), ((2, 12289, 2), 1), ((9, 5000), 1),
                                         pytest.param(((1 << 22) + 1000,), 0, marks=pytest.mark.large)])
-def test_radix_shapes(gpu_runtime, wave, shape, axis):
+def test_radix_shapes(gpu_runtime, wave, sort_path, shape, axis):
+    from mlx_amd.runtime.ops import sort as so
+
     rng = np.random.default_rng(5)
     x = mx.array(rng.standard_normal(shape).astype(np.float32))
     assert_exact(lambda a: mx.sort(a, axis=axis), x, "Sort")
     assert_exact(lambda a: mx.argsort(a, axis=axis), x, "ArgSort")
     xi = mx.array(rng.integers(-5, 5, shape).astype(np.int32))   # heavy ties: stability
     assert_exact(lambda a: mx.argsort(a, axis=axis), xi, "ArgSort")
+    rows = int(np.prod(shape)) // shape[axis]
+    if axis == len(shape) - 1 and rows <= so.LIBRARY_MAX_ROWS:
+        sort_path.check()
+    else:   # along another axis or too many rows: our passes, whatever was asked
+        assert sort_path.calls == 0
 
 
 @pytest.mark.parametrize("subtiles", [1, 16])
@@ -161,6 +220,7 @@ def test_radix_block_settings(gpu_runtime, wave, subtiles, monkeypatch):
     from mlx_amd.runtime.ops import sort as so
 
     monkeypatch.setattr(so, "RADIX_MAX_SUBTILES", subtiles)
+    monkeypatch.setattr(so, "LIBRARY_MAX_ROWS", 0)
     ev = gpu_runtime.evaluator
     ev.plans.clear()
     ev.drop_programs()
@@ -175,10 +235,11 @@ def test_radix_block_settings(gpu_runtime, wave, subtiles, monkeypatch):
         ev.drop_programs()
 
 
-def test_radix_views(gpu_runtime):
+def test_radix_views(gpu_runtime, sort_path):
     base = data("float32", (6000, 4), seed=9)
     assert_exact(lambda a: mx.argsort(a.T, axis=1), base, "ArgSort")
     assert_exact(lambda a: mx.sort(a[::-2, 1], axis=0), base, "Sort")
+    sort_path.check()
 
 
 # ---------------------------------------------------------------- partitions

@@ -50,7 +50,8 @@ struct SortBlockArgs {
 };
 
 // Long rows, LSD radix sort over temporaries, 8 bits a pass.
-// Prologue: keys[r * n + j] = key(in(r, j)); raw[r * n + j] = in(r, j) when write_raw.
+// Prologue: keys[r * n + j] = key(in(r, j)); raw[r * n + j] = in(r, j) when write_raw is 1,
+// the position j as uint32 when it is 2 (ArgSort through the helper library).
 // Grid: (blocks, rows).
 struct RadixKeysArgs {
   const void* in;

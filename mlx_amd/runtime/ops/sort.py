@@ -12,6 +12,12 @@ Rows of up to 4096 elements sort in shared memory (one launch); longer rows go t
 an LSD radix sort, 8 bits a pass, that this module lays out as steps over temporaries:
 prologue (keys, and for floats their raw bits as the payload), then per pass count,
 scan, scatter; the last scatter writes the output.
+
+Where the build carries the helper library (runtime/sortlib.py: the vendor's device-wide
+radix sort, hipCUB/rocPRIM on AMD, CUB on NVIDIA) a few long rows along the last axis go
+to it instead (measured faster: benchmarks/results/sort_bandwidth-*.json): our prologue
+writes the keys and the payload (raw bits for Sort, positions for ArgSort), the library
+sorts the pairs (stable, like ours), and its sorted payload is the output.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import Plan, compute_units, inp, out, tmp, wave_width
+from .. import sortlib
+from ..plan import HostCall, Plan, compute_units, inp, out, tmp, wave_width
 from .elementwise import collapse_dims
 
 FAMILY = "sort"
@@ -70,6 +77,10 @@ ARG_STRUCTS = {
 # (benchmarks/results/sort_profile-h100.txt)
 RADIX_MAX_SUBTILES = 2
 RADIX_BLOCKS_PER_CU = 8
+
+# the helper library takes rows longer than BLOCK_MAX along the last axis, at most
+# LIBRARY_MAX_ROWS of them (one library call per row)
+LIBRARY_MAX_ROWS = 8
 
 _KT = None
 
@@ -143,6 +154,9 @@ def plan_node(node, device):
     key = _table().SIZE_NAME[SIZES[x.dtype]]
     if n <= _table().BLOCK_MAX:
         return _plan_block(op, key, n, rows, rows_blob, device)
+    lib = _plan_library(op, key, x.dtype, n, rows, out_inner, rows_blob, device)
+    if lib is not None:
+        return lib
     return _plan_radix(op, key, x.dtype, n, rows, out_inner, rows_blob, device)
 
 
@@ -167,6 +181,57 @@ def radix_payload(op: str, dtype: str):
     if KINDS[dtype][0] == KEY_FLOAT:
         return _table().SIZE_NAME[SIZES[dtype]]
     return None
+
+
+class LibrarySort:
+    """HostCall body: ptrs are (keys, sorted keys, payload, output, library temp); one
+    library call per row, in stream order."""
+
+    def __init__(self, arch, key_bytes, value_bytes, n, rows, temp_bytes):
+        self.arch, self.kb, self.vb, self.n, self.rows, self.temp_bytes = \
+            arch, key_bytes, value_bytes, n, rows, temp_bytes
+
+    def __call__(self, ptrs, stream, ctx):
+        keys, sorted_keys, payload, output, temp = ptrs
+        lib = sortlib.get(self.arch)
+        if lib is None:
+            raise sortlib.SortLibError(f"the sort library planned for {self.arch} is gone: "
+                                       f"{sortlib.why_not(self.arch)}")
+        n, kb, vb = self.n, self.kb, self.vb
+        for r in range(self.rows):
+            lib.sort_pairs(kb, vb, temp, self.temp_bytes, keys + r * n * kb, sorted_keys,
+                           payload + r * n * vb, output + r * n * vb, n, stream)
+
+    def __eq__(self, other):
+        return type(other) is LibrarySort and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def _key(self):
+        return (self.arch, self.kb, self.vb, self.n, self.rows, self.temp_bytes)
+
+
+def _plan_library(op, key, dtype, n, rows, out_inner, rows_blob, device):
+    if out_inner != 1 or rows > LIBRARY_MAX_ROWS or n >= 2**31:
+        return None
+    arch = str(getattr(device, "arch", ""))
+    lib = sortlib.get(arch)
+    if lib is None:
+        return None
+    t = _table()
+    kb = SIZES[dtype]
+    vb = 4 if op == "arg" else kb
+    try:
+        temp_bytes = lib.temp_bytes(kb, vb, n)
+    except sortlib.SortLibError:
+        return None
+    kblocks = max(1, min(-(-n // 256), max(1, compute_units(device) * RADIX_BLOCKS_PER_CU // rows)))
+    keys = Launch(FAMILY, t.keys_name(key), (kblocks, rows, 1), (256, 1, 1), 0, 3,
+                  _KEYS_HEAD.pack(2 if op == "arg" else 1, 0) + rows_blob, refs=(inp(0), tmp(0), tmp(2)))
+    call = HostCall(LibrarySort(arch, kb, vb, n, rows, temp_bytes), (tmp(0), tmp(1), tmp(2), out(0), tmp(3)),
+                    what=f"sortlib {op} {dtype}")
+    return Plan((keys, call), temps=(rows * n * kb, n * kb, rows * n * vb, temp_bytes))
 
 
 def _plan_radix(op, key, dtype, n, rows, out_inner, rows_blob, device):
