@@ -24,32 +24,24 @@ def check(path: str, want=None) -> list:
         if "mlx_amd/kernels/manifest.json" not in names:
             return problems + ["no mlx_amd/kernels/manifest.json: the wheel carries no kernels"]
         man = json.loads(z.read("mlx_amd/kernels/manifest.json"))
+        # (what, stored file, its manifest sha256) for every kernel file and helper library
+        files = [(f"{t}/{fam}", e[role], e.get(sha))
+                 for t, entry in sorted(man.get("targets", {}).items())
+                 for fam, e in entry.get("families", {}).items()
+                 for role, sha in (("file", "sha256"), ("ptx", "ptx_sha256")) if role in e]
+        files += [(f"{t}/{name}", e["file"], e.get("sha256"))
+                  for t, libs in sorted((man.get("libraries") or {}).items())
+                  for name, e in libs.items() if "file" in e]   # none: did not compile at install
         kernels_bytes = 0
-        for target, libs in sorted((man.get("libraries") or {}).items()):
-            for name, e in libs.items():
-                if "file" not in e:     # did not compile at install time: our kernels serve
-                    continue
-                member = f"mlx_amd/kernels/{e['file']}"
-                if member not in names:
-                    problems.append(f"{target}/{name}: {member} missing")
-                    continue
-                data = z.read(member)
-                kernels_bytes += len(data)
-                if hashlib.sha256(data).hexdigest() != e.get("sha256"):
-                    problems.append(f"{target}/{name}: {member} does not match the manifest")
-        for target, entry in sorted(man.get("targets", {}).items()):
-            for fam, e in entry.get("families", {}).items():
-                for role, sha in (("file", "sha256"), ("ptx", "ptx_sha256")):
-                    if role not in e:
-                        continue
-                    member = f"mlx_amd/kernels/{e[role]}"
-                    if member not in names:
-                        problems.append(f"{target}/{fam}: {member} missing")
-                        continue
-                    data = z.read(member)
-                    kernels_bytes += len(data)
-                    if hashlib.sha256(data).hexdigest() != e.get(sha):
-                        problems.append(f"{target}/{fam}: {member} does not match the manifest")
+        for what, rel, sha in files:
+            member = f"mlx_amd/kernels/{rel}"
+            if member not in names:
+                problems.append(f"{what}: {member} missing")
+                continue
+            data = z.read(member)
+            kernels_bytes += len(data)
+            if hashlib.sha256(data).hexdigest() != sha:
+                problems.append(f"{what}: {member} does not match the manifest")
         targets = sorted(man.get("targets", {}))
         if want is not None and set(targets) != set(want):
             problems.append(f"kernel targets {targets}, expected {sorted(want)}")
