@@ -431,6 +431,34 @@ def test_gather_qmm(gpu_runtime, wave, mode, gs, bits, sorted_):
     check_gpu(f, *args, *q, prims=("GatherQMM",), ref_fn=ref, rtol=rt, atol=at, what=f"gather {mode} s={sorted_}")
 
 
+@pytest.mark.parametrize("mode,gs,bits", [("affine", 64, 4), ("affine", 32, 8), ("affine", 128, 3), ("mxfp4", 32, 4)])
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+@pytest.mark.parametrize("transpose,M", [(True, 12), (False, 1), (False, 12)])
+def test_gather_qmm_dequantized(gpu_runtime, mode, gs, bits, dt, transpose, M):
+    """More than 8 rows of x, or transpose=False: the experts dequantized, then GatherMM
+    (lhs and rhs indices both, a repeated expert, the last expert)."""
+    E, N, K = 3, 128, 128
+    wshape = (E, N, K) if transpose else (E, K, N)
+    q = make(wshape, gs, bits, mode, dtype=DT[dt])
+    x = xs((4, M, K), DT[dt])
+    lhs = mx.array(np.array([3, 0, 2, 2, 1], np.uint32))
+    rhs = mx.array(np.array([1, 2, 0, 1, 2], np.uint32))
+
+    def f(x, l, r, w, *sb):
+        return mx.gather_qmm(x, w, *sb, lhs_indices=l, rhs_indices=r, transpose=transpose, group_size=gs,
+                             bits=bits, mode=mode)
+
+    def ref(x, l, r, w, *sb):
+        sb = tuple(a.astype(F32) for a in sb) if mode == "affine" else sb
+        d = mx.dequantize(w, *sb, group_size=gs, bits=bits, mode=mode, dtype=F32)[r]
+        d = mx.swapaxes(d, -1, -2) if transpose else d
+        return (x[l].astype(F32) @ d).astype(x.dtype)
+
+    rt, at = TOL[DT[dt]]
+    check_gpu(f, x, lhs, rhs, *q, prims=("GatherQMM",), ref_fn=ref, rtol=rt, atol=at,
+              what=f"gather dequant {mode} {dt} t={transpose} M={M}")
+
+
 def test_gather_qmm_lhs_indices(gpu_runtime):
     q = make((3, 32, 64), 64, 4)
     x = xs((5, 2, 64), F32)                            # 5 batches of M=2
@@ -578,7 +606,7 @@ def test_qqmm_edges(gpu_runtime, mode, gs, bits):
 
 @pytest.mark.parametrize("mode,gs,bits", QQ_MODES)
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
-@pytest.mark.parametrize("M", [1, 3])
+@pytest.mark.parametrize("M", [1, 3, 12])
 def test_gather_qqmm(gpu_runtime, mode, gs, bits, dt, M):
     """mx.gather_qqmm (MLX's CPU raises: not implemented there): every output is MLX's CPU
     QQMatmul of the gathered x row and expert w, row by row."""

@@ -927,7 +927,8 @@ def test_qqmm_strided_x_is_copied_first_and_the_rest_declined():
 @pytest.mark.parametrize("mode,gs,bits,m", QQ_FORMATS)
 def test_gather_qqmm_plan(mode, gs, bits, m):
     """GatherQQMM's inputs (x, w, lhs, rhs, scales) reach GatherQMM's plan (x, w, scales, lhs,
-    rhs) with x the qdq temporary; more than 8 rows of x and global scales are declined."""
+    rhs) with x the qdq temporary; more than 8 rows of x take the dequantize + GatherMM path
+    after the qdq; global scales are declined."""
     K, N, E = 128, 32, 4
     x = Layout.row_major((3, 2, K), "bfloat16")
     w = Layout.row_major((E, N, K * bits // 32), "uint32")
@@ -944,6 +945,27 @@ def test_gather_qqmm_plan(mode, gs, bits, m):
     assert [(r.kind, r.index) for r in ours] == [move.get((r.kind, r.index), (r.kind, r.index)) for r in theirs]
     big = Node("GatherQQMM", (gs, bits, m, False, False), (Layout.row_major((3, 9, K), "bfloat16"), w, idx, idx, s),
                (Layout.row_major((3, 9, N), "bfloat16"),))
-    assert Q.plan_node(big, Dev()) is None
+    ks = [st.kernel for st in Q.plan_node(big, Dev()).steps]
+    assert len(ks) == 3 and ks[0].startswith("quantized_qdq_") and "dequant" in ks[1] and ks[2].startswith("gather_mm_")
     g = Layout.row_major((), "float32")
     assert Q.plan_node(Node("GatherQQMM", (gs, bits, m, False, False), (x, w, idx, idx, s, g, g), (o,)), Dev()) is None
+
+
+@pytest.mark.parametrize("transpose,M", [(True, 12), (False, 1)])
+def test_gather_qmm_dequant_plan(transpose, M):
+    """GatherQMM beyond the qmv kernel (M > 8 or transpose=False): one dequantize launch over
+    every expert into temporary 0, then GatherMM reading x, that temporary (transposed where
+    w holds (N, K)) and the node's own lhs / rhs index arrays."""
+    E, N, K = 3, 64, 128
+    rows, cols = (N, K) if transpose else (K, N)
+    x = Layout.row_major((5, M, K), "bfloat16")
+    w = Layout.row_major((E, rows, cols * 4 // 32), "uint32")
+    s = Layout.row_major((E, rows, cols // 64), "bfloat16")
+    idx = Layout.row_major((4,), "uint32")
+    o = Layout.row_major((4, M, N), "bfloat16")
+    plan = Q.plan_node(Node("GatherQMM", (64, 4, 0, transpose, False, False), (x, w, s, s, idx, idx), (o,)), Dev())
+    deq, mm = plan.steps
+    assert "dequant" in deq.kernel and deq.refs[-1] == ("t", 0, 0)
+    assert plan.temps[0] == E * N * K * 2
+    assert mm.kernel.startswith("gather_mm_")
+    assert [(r.kind, r.index) for r in mm.refs] == [("i", 0), ("t", 0), ("i", 4), ("i", 5), ("o", 0)]

@@ -30,8 +30,11 @@ and 2 mxfp8 (e8m0 scale bytes, groups of 32), 3 nvfp4 (e4m3 scale bytes, groups 
   (qdq), then the QuantizedMatmul plan above on that x; any M (MLX's CPU: one row only).
   GatherQQMM (which MLX's CPU does not implement) is the same qdq before GatherQMM's plan.
 
-Not covered (MLX's CPU fallback): GatherQMM and GatherQQMM with M > 8, GatherQMM with
-transpose=False; QQMatmul and GatherQQMM with nvfp4's global scales; fast::Quantize
+* GatherQMM (and GatherQQMM after its qdq) with more than 8 rows of x, or transpose=False:
+  every matrix of w dequantized into a temporary, then GatherMM's plan (gather_mm.py) with
+  the node's index arrays.
+
+Not covered (MLX's CPU fallback): QQMatmul and GatherQQMM with nvfp4's global scales; fast::Quantize
 of the fp modes or the dequantize direction (MLX's CPU build decomposes both into ops, so
 neither reaches us); w/scales/biases whose last axis is not contiguous; more than 4 batch
 dimensions after collapsing.
@@ -567,7 +570,7 @@ def _MatmulNode(a, b, o):
 
 def _plan_gather(node, device):
     p = _problem(node, gather=True)
-    if p is None or not p.transpose or p.M > QMV_MAX_M or p.x.ndim < 2:
+    if p is None or p.x.ndim < 2:
         return None
     n_in = 4 if p.fmt.affine else 3
     lhs, rhs = node.ins[n_in], node.ins[n_in + 1]
@@ -576,6 +579,8 @@ def _plan_gather(node, device):
     ob = tuple(p.o.shape[:-2])
     if lhs.shape != ob or rhs.shape != ob or p.x.shape[-2] != p.M:
         return None
+    if not p.transpose or p.M > QMV_MAX_M:
+        return _plan_gather_dequant(p, n_in, lhs, rhs, device)
     steps, temps = [], []
     px = _prepare_x(p, device, temps, steps)
     if px is None:
@@ -591,6 +596,42 @@ def _plan_gather(node, device):
         return None
     steps.append(lau)
     return Plan(tuple(steps), temps=tuple(temps))
+
+
+def _plan_gather_dequant(p: Problem, n_in: int, lhs, rhs, device):
+    """GatherQMM with more than QMV_MAX_M rows of x, or transpose=False: every matrix of w
+    dequantized into a temporary of x's dtype (MLX's dequantize arithmetic, as the prefill
+    path), then GatherMM's plan (gather_mm.py) over it with the node's own index arrays."""
+    from ..plan import Node
+    from . import gather_mm
+
+    f, N, K = p.fmt, p.N, p.K
+    dt = p.x.dtype
+    rows, cols = (N, K) if p.transpose else (K, N)
+    wb = tuple(p.w.shape[:-2])
+    cshape, (cw, cs, cb) = _collapse(wb, p.w.strides[:-2], p.s.strides[:-2], p.b.strides[:-2])
+    if len(cshape) > QBATCH:
+        return None
+    mats = math.prod(wb)
+    total = mats * rows * (cols // f.cv)
+    if mats == 0 or total > _U31:
+        return None
+    tail = dequant_tail(total, rows, cols, _row_stride(p.w), _row_stride(p.s), _row_stride(p.b), f.shift,
+                        cshape, cw, cs, cb)
+    deq = Launch(FAMILY, _table().dequant_name(kt, f.name, dt), _grid_1d(total, device), (BLOCK, 1, 1), 0, 4,
+                 tail, (inp(1), inp(2), inp(3) if f.affine else inp(2), tmp(0)))
+    # w's matrices as GatherMM's b (..., K, N): read transposed where w holds them (N, K)
+    bstr = tuple(ew.row_strides(wb + (rows, cols))[:-2])
+    inner = (1, K) if p.transpose else (N, 1)
+    b_lay = Layout.strided(wb + (K, N), bstr + inner, dt)
+    sub = gather_mm.plan_node(Node("GatherMM", (False, False), (p.x, b_lay, lhs, rhs), (p.o,)), device)
+    if sub is None:
+        return None
+    mm = embed(sub, {("i", 0): inp(0), ("i", 1): tmp(0), ("i", 2): inp(n_in), ("i", 3): inp(n_in + 1),
+                     ("o", 0): out(0)}, lambda i, n: i + 1)
+    if mm is None:
+        return None
+    return Plan((deq, *mm), temps=(max(mats * rows * cols * ITEM[dt], 1),) + tuple(sub.temps))
 
 
 # ---- fast::Quantize --------------------------------------------------------------------
