@@ -298,3 +298,14 @@ def test_searchsorted(gpu_runtime, dtype, side):
     check_gpu(lambda a, v: mx.searchsorted(a, v, side=side), seq, vals, prims=("SearchSorted",))
     check_gpu(lambda a, v: mx.searchsorted(a, v.T, side=side), seq, vals, prims=("SearchSorted",))
     check_gpu(lambda a, v: mx.searchsorted(a[::2], v[0], side=side), seq, vals, prims=("SearchSorted",))
+
+
+def test_long_rows_in_replayed_steps(gpu_runtime, sort_path):
+    """The same long-row sort graph evaluated again and again (a recorded program replays from
+    its second sighting; the library call is a host step inside it) with new data each time."""
+    rng = np.random.default_rng(21)
+    for step in range(4):
+        x = mx.array(rng.integers(-50, 50, (2, 20000)).astype(np.float32))
+        assert_exact(lambda a: mx.argsort(a * 2.0 + 1.0, axis=-1), x, "ArgSort")
+        assert_exact(lambda a: mx.sort(a - 3.0, axis=-1), x, "Sort")
+    sort_path.check()
