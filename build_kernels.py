@@ -268,10 +268,11 @@ def compile_argv(target: str, family: str, src: Path, include_dirs: list, out_di
             ["-O3", f"-arch=sm_{sm}", "-cubin", *NVCC_WERROR, "-o", str(out_dir / compiled_name(outs["file"])), ptx]]
 
 
-def flag_signature(target: str) -> list:
-    """The path-free part of the commands, for the rebuild key."""
+def flag_signature(target: str, make_argv=None) -> list:
+    """The path-free part of the commands (compile_argv's, or a library's ``make_argv``), for
+    the rebuild key."""
     return [[a for a in argv if not a.startswith("/")]
-            for argv in compile_argv(target, "F", Path("/s"), [Path("/i")], Path("/o"))]
+            for argv in (make_argv or compile_argv)(target, "F", Path("/s"), [Path("/i")], Path("/o"))]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -668,11 +669,10 @@ def plan(proj: Project, targets: list) -> list:
             continue
         for t in library_targets(name, targets):
             version = proj.toolchain(kind_of(t)).version(proj.root)
-            flags = [[a for a in argv if not a.startswith("/")]
-                     for argv in library_argv(t, name, Path("/s"), [Path("/i")], Path("/o"))]
             key = sha256_bytes(json.dumps({
                 "rules": RULES_VERSION, "library": name, "target": t, "source": sha256_file(src),
-                "headers": proj.header_digest_of(src), "compiler": version, "flags": flags},
+                "headers": proj.header_digest_of(src), "compiler": version,
+                "flags": flag_signature(t, library_argv)},
                 sort_keys=True).encode())
             units.append(Unit(name, t, key, library_outputs(name, t), library=True))
     return units

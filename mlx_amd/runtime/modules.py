@@ -67,6 +67,22 @@ def _sm(arch: str) -> Optional[tuple]:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def verified_image(stored: bytes, want: Optional[str]) -> bytes:
+    """The decompressed image of a stored (xz) kernel file; ValueError saying what is wrong
+    when it does not decompress or its sha256 is not ``want`` (the manifest's: the image's
+    own hash is the authority, the xz stream's CRC catches most damage first)."""
+    try:
+        dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+        data = dec.decompress(stored)
+        if not dec.eof or dec.unused_data:
+            raise lzma.LZMAError("truncated stream" if not dec.eof else "bytes after the stream")
+    except lzma.LZMAError as err:
+        raise ValueError(f"does not decompress ({err}): damaged") from None
+    if not want or hashlib.sha256(data).hexdigest() != want:
+        raise ValueError("does not match manifest.json (stale or damaged)")
+    return data
+
+
 class Modules:
     """Lazy, cached kernel loading for one device of one driver."""
 
@@ -182,19 +198,11 @@ class Modules:
         except OSError as err:
             raise KernelsUnavailable(f"kernel file {path} for {family} on {target} cannot be read: {err}; "
                                      f"{rebuild}", self.props.arch, self.available()) from err
-        # The image's own hash is the authority (the xz stream's CRC catches most damage first).
         try:
-            dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
-            data = dec.decompress(stored)
-            if not dec.eof or dec.unused_data:
-                raise lzma.LZMAError("truncated stream" if not dec.eof else "bytes after the stream")
-        except lzma.LZMAError as err:
-            raise KernelsUnavailable(f"kernel file {path} does not decompress ({err}): damaged; {rebuild}",
-                                     self.props.arch, self.available()) from None
-        want = e.get("image_sha256" if role == "file" else "ptx_image_sha256")
-        if not want or hashlib.sha256(data).hexdigest() != want:
-            raise KernelsUnavailable(f"kernel file {path} does not match manifest.json (stale or damaged); "
-                                     f"{rebuild}", self.props.arch, self.available())
+            data = verified_image(stored, e.get("image_sha256" if role == "file" else "ptx_image_sha256"))
+        except ValueError as err:
+            raise KernelsUnavailable(f"kernel file {path} {err}; {rebuild}", self.props.arch,
+                                     self.available()) from None
         if role == "ptx":
             return data + b"\0"  # the driver reads PTX as a NUL-terminated string
         if self.driver.platform == "amd" and target in elf.AMD_MACH:
@@ -294,14 +302,9 @@ def _load_library(directory: Path, name: str, arch: str):
         return None, f"this build has no {name} for {arch}" + (f" ({e['missing']})" if e else "")
     path = directory / e["file"]
     try:
-        dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
-        image = dec.decompress(path.read_bytes())
-        if not dec.eof or dec.unused_data:
-            raise lzma.LZMAError("truncated stream" if not dec.eof else "bytes after the stream")
-    except (OSError, lzma.LZMAError) as err:
-        return None, f"{path}: {err}"
-    if hashlib.sha256(image).hexdigest() != e.get("image_sha256"):
-        return None, f"{path} does not match manifest.json (stale or damaged)"
+        image = verified_image(path.read_bytes(), e.get("image_sha256"))
+    except (OSError, ValueError) as err:
+        return None, f"{path} {err}"
     try:
         fd = os.memfd_create(f"mlx-amd-{name}", os.MFD_CLOEXEC)
     except (AttributeError, OSError) as err:

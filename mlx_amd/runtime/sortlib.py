@@ -9,7 +9,6 @@ host where it does not load): planning then keeps our own radix passes.
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 
 from . import modules
@@ -57,26 +56,21 @@ class SortLib:
             raise SortLibError(f"mlxa_sort_pairs({key_bytes}, {value_bytes}, n={n}) failed: status {rc}")
 
 
-_bound: dict = {}
+_bound: dict = {}       # the loaded library's handle -> its binding
 
 
 def get(arch: str):
     """The bound library for ``arch``, or None."""
-    if os.environ.get(modules.LIBRARIES_ENV, "").lower() == "none":
+    cdll, _ = modules.library(NAME, arch)      # cached there, MLX_AMD_LIBRARIES checked there
+    if cdll is None:
         return None
-    lib = _bound.get(arch)
-    if lib is None and arch not in _bound:
-        cdll, _ = modules.library(NAME, arch)
-        lib = None
-        if cdll is not None:
-            try:
-                lib = SortLib(cdll)
-                if lib.abi() != ABI:
-                    lib = None
-            except AttributeError:   # a library without our entry points
-                lib = None
-        _bound[arch] = lib
-    return lib
+    if cdll._handle not in _bound:
+        try:
+            lib = SortLib(cdll)
+            _bound[cdll._handle] = lib if lib.abi() == ABI else None
+        except AttributeError:   # a library without our entry points
+            _bound[cdll._handle] = None
+    return _bound[cdll._handle]
 
 
 def why_not(arch: str) -> str:

@@ -508,7 +508,7 @@ def plan_siblings(nodes, device):
 
 def prefill_operands(p: Problem, device):
     """(dequant launch, temporary bytes, x, w_deq, out layouts of the synthetic Matmul) or None."""
-    f, M, N, K = p.fmt, p.M, p.N, p.K
+    M, N, K = p.M, p.N, p.K
     x, dt = p.x, p.x.dtype
     isz = ITEM[dt]
     rows, cols = (N, K) if p.transpose else (K, N)
@@ -526,14 +526,9 @@ def prefill_operands(p: Problem, device):
     nbat = 1
     for d in kshape:
         nbat *= d
-    total = nbat * rows * (cols // f.cv)
-    if total > _U31:
+    deq = _dequant_launch(p, nbat, rows, cols, cshape, (cw, cs, cb), device)
+    if deq is None:
         return None
-    tail = dequant_tail(total, rows, cols, _row_stride(p.w), _row_stride(p.s), _row_stride(p.b), f.shift,
-                        cshape, cw, cs, cb)
-    b_ref = inp(3) if f.affine else inp(2)
-    deq = Launch(FAMILY, _table().dequant_name(kt, f.name, dt), _grid_1d(total, device), (BLOCK, 1, 1), 0, 4,
-                 tail, (inp(1), inp(2), b_ref, tmp(0)))
     # the dequantized operand as the GEMM's (..., K, N) input
     tstr = ew.row_strides(kshape + (rows, cols))
     bstr = [0] * len(bshape)
@@ -543,6 +538,20 @@ def prefill_operands(p: Problem, device):
     b_lay = Layout.strided(bshape + (K, N), tuple(bstr) + inner, dt)
     o_lay = Layout.row_major(bshape + (M, N), dt)
     return deq, max(nbat * rows * cols * isz, 1), x2, b_lay, o_lay
+
+
+def _dequant_launch(p: Problem, mats, rows, cols, bshape, bstrides, device):
+    """One launch dequantizing ``mats`` matrices of w (rows x cols, over the collapsed batch
+    ``bshape`` with w's, the scales' and the biases' ``bstrides``) into temporary 0, row-major
+    in x's dtype; None past 32-bit positions."""
+    f = p.fmt
+    total = mats * rows * (cols // f.cv)
+    if total > _U31:
+        return None
+    tail = dequant_tail(total, rows, cols, _row_stride(p.w), _row_stride(p.s), _row_stride(p.b), f.shift,
+                        bshape, *bstrides)
+    return Launch(FAMILY, _table().dequant_name(kt, f.name, p.x.dtype), _grid_1d(total, device), (BLOCK, 1, 1), 0,
+                  4, tail, (inp(1), inp(2), inp(3) if f.affine else inp(2), tmp(0)))
 
 
 def _plan_prefill(p: Problem, device):
@@ -605,7 +614,7 @@ def _plan_gather_dequant(p: Problem, n_in: int, lhs, rhs, device):
     from ..plan import Node
     from . import gather_mm
 
-    f, N, K = p.fmt, p.N, p.K
+    N, K = p.N, p.K
     dt = p.x.dtype
     rows, cols = (N, K) if p.transpose else (K, N)
     wb = tuple(p.w.shape[:-2])
@@ -613,13 +622,9 @@ def _plan_gather_dequant(p: Problem, n_in: int, lhs, rhs, device):
     if len(cshape) > QBATCH:
         return None
     mats = math.prod(wb)
-    total = mats * rows * (cols // f.cv)
-    if mats == 0 or total > _U31:
+    deq = _dequant_launch(p, mats, rows, cols, cshape, (cw, cs, cb), device) if mats else None
+    if deq is None:
         return None
-    tail = dequant_tail(total, rows, cols, _row_stride(p.w), _row_stride(p.s), _row_stride(p.b), f.shift,
-                        cshape, cw, cs, cb)
-    deq = Launch(FAMILY, _table().dequant_name(kt, f.name, dt), _grid_1d(total, device), (BLOCK, 1, 1), 0, 4,
-                 tail, (inp(1), inp(2), inp(3) if f.affine else inp(2), tmp(0)))
     # w's matrices as GatherMM's b (..., K, N): read transposed where w holds them (N, K)
     bstr = tuple(ew.row_strides(wb + (rows, cols))[:-2])
     inner = (1, K) if p.transpose else (N, 1)

@@ -22,6 +22,7 @@ sorts the pairs (stable, like ours), and its sorted payload is the output.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 
@@ -183,13 +184,17 @@ def radix_payload(op: str, dtype: str):
     return None
 
 
+@dataclasses.dataclass(frozen=True)
 class LibrarySort:
     """HostCall body: ptrs are (keys, sorted keys, payload, output, library temp); one
     library call per row, in stream order."""
 
-    def __init__(self, arch, key_bytes, value_bytes, n, rows, temp_bytes):
-        self.arch, self.kb, self.vb, self.n, self.rows, self.temp_bytes = \
-            arch, key_bytes, value_bytes, n, rows, temp_bytes
+    arch: str
+    kb: int                 # key bytes
+    vb: int                 # payload bytes
+    n: int
+    rows: int
+    temp_bytes: int
 
     def __call__(self, ptrs, stream, ctx):
         keys, sorted_keys, payload, output, temp = ptrs
@@ -202,15 +207,6 @@ class LibrarySort:
             lib.sort_pairs(kb, vb, temp, self.temp_bytes, keys + r * n * kb, sorted_keys,
                            payload + r * n * vb, output + r * n * vb, n, stream)
 
-    def __eq__(self, other):
-        return type(other) is LibrarySort and self._key() == other._key()
-
-    def __hash__(self):
-        return hash(self._key())
-
-    def _key(self):
-        return (self.arch, self.kb, self.vb, self.n, self.rows, self.temp_bytes)
-
 
 def _plan_library(op, key, dtype, n, rows, out_inner, rows_blob, device):
     if out_inner != 1 or rows > LIBRARY_MAX_ROWS or n >= 2**31:
@@ -219,19 +215,24 @@ def _plan_library(op, key, dtype, n, rows, out_inner, rows_blob, device):
     lib = sortlib.get(arch)
     if lib is None:
         return None
-    t = _table()
     kb = SIZES[dtype]
     vb = 4 if op == "arg" else kb
     try:
         temp_bytes = lib.temp_bytes(kb, vb, n)
     except sortlib.SortLibError:
         return None
-    kblocks = max(1, min(-(-n // 256), max(1, compute_units(device) * RADIX_BLOCKS_PER_CU // rows)))
-    keys = Launch(FAMILY, t.keys_name(key), (kblocks, rows, 1), (256, 1, 1), 0, 3,
-                  _KEYS_HEAD.pack(2 if op == "arg" else 1, 0) + rows_blob, refs=(inp(0), tmp(0), tmp(2)))
+    keys = _keys_launch(key, n, rows, rows_blob, 2 if op == "arg" else 1, device)
     call = HostCall(LibrarySort(arch, kb, vb, n, rows, temp_bytes), (tmp(0), tmp(1), tmp(2), out(0), tmp(3)),
                     what=f"sortlib {op} {dtype}")
     return Plan((keys, call), temps=(rows * n * kb, n * kb, rows * n * vb, temp_bytes))
+
+
+def _keys_launch(key, n, rows, rows_blob, write_raw, device):
+    """The radix prologue: keys of every row into temporary 0, the payload (write_raw 1: the
+    raw bits; 2: positions) into temporary 2."""
+    kblocks = max(1, min(-(-n // 256), max(1, compute_units(device) * RADIX_BLOCKS_PER_CU // rows)))
+    return Launch(FAMILY, _table().keys_name(key), (kblocks, rows, 1), (256, 1, 1), 0, 3,
+                  _KEYS_HEAD.pack(write_raw, 0) + rows_blob, refs=(inp(0), tmp(0), tmp(2)))
 
 
 def _plan_radix(op, key, dtype, n, rows, out_inner, rows_blob, device):
@@ -254,10 +255,7 @@ def _plan_radix(op, key, dtype, n, rows, out_inner, rows_blob, device):
     temps = [total * ksz, total * ksz]      # t0, t1: keys ping-pong
     temps += [max(total * psz, 16), max(total * psz, 16)]   # t2, t3: payload ping-pong
     temps += [rows * 256 * tiles * 4, rows * 256 * 4]       # t4 counts, t5 totals
-    kblocks = max(1, min(-(-n // 256), max(1, cap // rows)))
-    steps = [Launch(FAMILY, t.keys_name(key), (kblocks, rows, 1), (256, 1, 1), 0, 3,
-                      _KEYS_HEAD.pack(1 if pay and op != "arg" else 0, 0) + rows_blob,
-                      refs=(inp(0), tmp(0), tmp(2)))]
+    steps = [_keys_launch(key, n, rows, rows_blob, 1 if pay and op != "arg" else 0, device)]
     key_xor = (1 << (8 * ksz - 1)) if KINDS[dtype][0] == KEY_SIGNED else 0
     for p in range(passes):
         src, dst = p % 2, (p + 1) % 2
