@@ -15,8 +15,11 @@
 // of lane l at k*W + l, so each load instruction is coalesced); a thread scans its V
 // elements per group, the wave scans group totals with shuffles (a running wave carry
 // over k), the block combines wave totals in shared memory once per tile, and a carry
-// runs across tiles. K groups in flight per thread and one block barrier pair per K
-// groups: with one group per tile the kernel waited on each load and each barrier. Long
+// runs across tiles. K groups in flight per thread and one block barrier per K groups
+// (wave totals double-buffered): with one group per tile the kernel waited on each load
+// and each barrier. Direction and wave/block rows are template arguments, a tile's
+// addresses a lane pointer plus constant offsets and its bound a 32-bit count: as runtime
+// flags and 64-bit positions they cost registers (64 a thread with spills on sm_90). Long
 // rows with few rows split into chunks of one tile, scanned in a single pass: each block
 // takes the next chunk (an atomic ticket), publishes its total and looks back over the
 // row's earlier chunks for its prefix (decoupled look-back; a launch before it clears the
@@ -68,28 +71,28 @@ template <typename T, typename A>
 struct Sum {
   using Acc = A;
   static MLXA_DEVICE State<A> identity() { return {A(0)}; }
-  static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
+  static MLXA_DEVICE State<A> make(A x) { return {x}; }
   static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) { return {a.v + b.v}; }
 };
 template <typename T, typename A>
 struct Prod {
   using Acc = A;
   static MLXA_DEVICE State<A> identity() { return {A(1)}; }
-  static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
+  static MLXA_DEVICE State<A> make(A x) { return {x}; }
   static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) { return {a.v * b.v}; }
 };
 template <typename T, typename A>
 struct IMax {
   using Acc = A;
   static MLXA_DEVICE State<A> identity() { return {(A)std::numeric_limits<T>::min()}; }
-  static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
+  static MLXA_DEVICE State<A> make(A x) { return {x}; }
   static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) { return {b.v < a.v ? a.v : b.v}; }
 };
 template <typename T, typename A>
 struct IMin {
   using Acc = A;
   static MLXA_DEVICE State<A> identity() { return {(A)std::numeric_limits<T>::max()}; }
-  static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
+  static MLXA_DEVICE State<A> make(A x) { return {x}; }
   static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) { return {b.v < a.v ? b.v : a.v}; }
 };
 // NaN sticks from its position on (MLX's running max/min propagate it); ties keep the
@@ -100,7 +103,7 @@ template <typename T, typename A>
 struct FMax {
   using Acc = A;
   static MLXA_DEVICE State<A> identity() { return {neg_inf<A>()}; }
-  static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
+  static MLXA_DEVICE State<A> make(A x) { return {x}; }
   static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) {
     const A x = a.v, y = b.v;
     return {x != x ? x : (y != y ? y : (y < x ? x : y))};
@@ -110,7 +113,7 @@ template <typename T, typename A>
 struct FMin {
   using Acc = A;
   static MLXA_DEVICE State<A> identity() { return {pos_inf<A>()}; }
-  static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
+  static MLXA_DEVICE State<A> make(A x) { return {x}; }
   static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) {
     const A x = a.v, y = b.v;
     return {x != x ? x : (y != y ? y : (y < x ? y : x))};
@@ -120,7 +123,7 @@ template <typename T, typename A>
 struct LogAddExp {
   using Acc = A;
   static MLXA_DEVICE State<A> identity() { return {neg_inf<A>()}; }
-  static MLXA_DEVICE State<A> make(A x, bool) { return {x}; }
+  static MLXA_DEVICE State<A> make(A x) { return {x}; }
   static MLXA_DEVICE State<A> combine(State<A> a, State<A> b) {
     const A x = a.v, y = b.v;
     const A hi = x != x ? x : (x > y ? x : y);
@@ -131,17 +134,25 @@ struct LogAddExp {
 };
 
 // ---- helpers -------------------------------------------------------------------------
-MLXA_DEVICE int64_t offset_of(const ScanArgs& a, int64_t r) {
+// Element offset of row r of the input (r decomposed over shape/strides, innermost first).
+// The outermost dim needs no remainder (r is below the product of the shape), so dense rows,
+// collapsed to one dim, cost a multiply; divisions are 32-bit where r fits.
+template <typename I>
+MLXA_DEVICE int64_t offset_in(const ScanArgs& a, I r) {
   int64_t off = 0;
 #pragma unroll
-  for (int d = 0; d < MLXA_SCAN_MAX_DIMS; ++d) {
-    if (d < a.ndim) {
-      const int64_t s = a.shape[d];
-      off += (r % s) * a.strides[d];
+  for (int d = 0; d < MLXA_SCAN_MAX_DIMS - 1; ++d) {
+    if (d < a.ndim - 1) {
+      const I s = (I)a.shape[d];
+      off += (int64_t)(r % s) * a.strides[d];
       r /= s;
     }
   }
-  return off;
+  return a.ndim > 0 ? off + (int64_t)r * a.strides[a.ndim - 1] : 0;
+}
+MLXA_DEVICE int64_t offset_of(const ScanArgs& a, int64_t r) {
+  if ((uint64_t)r >> 32 == 0u) return offset_in<uint32_t>(a, (uint32_t)r);
+  return offset_in<int64_t>(a, r);
 }
 
 // Inclusive scan over the lanes of a wave, lane order.
@@ -179,56 +190,6 @@ MLXA_DEVICE S group_exclusive(S v, bool wave_rows, S* wtot, S& total) {
   sync_block();
   total = all;
   return Op::combine(before, exc);
-}
-
-// Elements at logical positions p0 .. p0+V-1 (below hi) of a row read in scan order.
-template <typename In, int V>
-MLXA_DEVICE void load_logical(const In* in, int64_t n, int64_t p0, int64_t hi, int64_t es,
-                              bool reverse, In (&r)[V]) {
-  if (es == 1 && p0 + V <= hi) {
-    const int64_t q0 = reverse ? n - p0 - V : p0;   // lowest physical index of the group
-    if (((uintptr_t)(in + q0) & (sizeof(In) * V - 1)) == 0) {
-      // two loops with constant indices: a runtime-reversed index put g on the stack
-      const Vec<In, V> g = *(const Vec<In, V>*)(in + q0);
-      if (reverse) {
-#pragma unroll
-        for (int j = 0; j < V; ++j) r[j] = g.v[V - 1 - j];
-      } else {
-#pragma unroll
-        for (int j = 0; j < V; ++j) r[j] = g.v[j];
-      }
-      return;
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    const int64_t p = p0 + j;
-    if (p < hi) r[j] = in[(reverse ? n - 1 - p : p) * es];
-  }
-}
-template <typename Out, int V>
-MLXA_DEVICE void store_logical(Out* out, int64_t n, int64_t p0, int64_t hi, bool reverse,
-                               const Out (&o)[V]) {
-  if (p0 + V <= hi) {
-    const int64_t q0 = reverse ? n - p0 - V : p0;
-    if (((uintptr_t)(out + q0) & (sizeof(Out) * V - 1)) == 0) {
-      Vec<Out, V> g;
-      if (reverse) {
-#pragma unroll
-        for (int j = 0; j < V; ++j) g.v[V - 1 - j] = o[j];
-      } else {
-#pragma unroll
-        for (int j = 0; j < V; ++j) g.v[j] = o[j];
-      }
-      *(Vec<Out, V>*)(out + q0) = g;
-      return;
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    const int64_t p = p0 + j;
-    if (p < hi) out[reverse ? n - 1 - p : p] = o[j];
-  }
 }
 
 // ---- decoupled look-back ----------------------------------------------------------------
@@ -299,7 +260,7 @@ struct PackedStatus {
 // wave at a time (lane order = position order), waiting for each to publish, combining
 // aggregates back to the nearest inclusive prefix. Every thread gets the result.
 template <typename Op, int W, typename S, typename St>
-MLXA_DEVICE S lookback_prefix(const St& st, int64_t slot, int64_t c, S total, S* bcast) {
+MLXA_DEVICE S lookback_prefix(const St& st, int slot, int c, S total, S* bcast) {
   if (wave_index<W>() == 0) {
     const int l = wave_lane<W>();
     S excl = Op::identity();
@@ -307,8 +268,8 @@ MLXA_DEVICE S lookback_prefix(const St& st, int64_t slot, int64_t c, S total, S*
       if (l == 0) st.publish(slot, total, 2u);
     } else {
       if (l == 0) st.publish(slot, total, 1u);
-      for (int64_t last = c - 1;; last -= W) {
-        const int64_t p = last - (W - 1) + l;     // lane W-1: the nearest chunk
+      for (int last = c - 1;; last -= W) {
+        const int p = last - (W - 1) + l;         // lane W-1: the nearest chunk
         uint32_t f = 2u;                          // before the row: identity, complete
         S v = Op::identity();
         if (p >= 0) v = st.wait(slot - c + p, &f);
@@ -330,12 +291,243 @@ MLXA_DEVICE S lookback_prefix(const St& st, int64_t slot, int64_t c, S total, S*
 }
 
 // ---- row kernel ------------------------------------------------------------------------
+// One tile of a row, from one lane's view: its K groups of V elements at logical
+// positions w0 + k*W*V + j (j < V), w0 = the tile's start + its wave's part + lane * V
+// (so each load instruction of the wave is coalesced). Rev (a template argument, so the
+// index arithmetic and the order of a group's elements are fixed at compile time) reads
+// and writes the row from its end. Addresses are a lane pointer and small offsets, the
+// bound a 32-bit count of the positions left from w0: the 64-bit row arithmetic is done
+// once a tile, and none of it stays live across the look-back wait.
+template <typename Op, typename In, typename Out, int W, bool Rev>
+struct TileIO {
+  static constexpr int V = 16 / (sizeof(In) > sizeof(Out) ? sizeof(In) : sizeof(Out));
+  static constexpr int K = MLXA_SCAN_ROW_GROUPS(V);
+  static constexpr int WG = W * K * V;   // elements of one wave's part of a tile
+  using S = State<typename Op::Acc>;
+  const In* src;   // element w0 (physical)
+  Out* dst;
+  int64_t es;
+  int rem;         // positions left from w0, clamped to [0, WG]
+  bool whole;      // all K groups of every lane of the wave inside the row, dense and aligned
+  bool dense;      // unit stride, 16-byte groups aligned in input and output
+  MLXA_DEVICE TileIO(const In* in, Out* out, int64_t n, int64_t es_, bool dense_, int64_t w0, int64_t hi,
+                     int lane)
+      : es(es_), dense(dense_) {
+    const int64_t q = Rev ? n - 1 - w0 : w0;
+    src = in + q * es;
+    dst = out + q;
+    const int64_t r = hi - w0;
+    rem = r < 0 ? 0 : (r > WG ? WG : (int)r);
+    whole = dense && r + lane * V >= WG;   // the wave's first lane: its whole part
+  }
+  // group k's lowest physical element, relative to the lane pointer (dense rows)
+  static constexpr int group_at(int k) { return Rev ? -(k * W * V + V - 1) : k * W * V; }
+  template <typename T> static MLXA_DEVICE T in_order(const Vec<T, V>& g, int j) { return g.v[Rev ? V - 1 - j : j]; }
+
+  MLXA_DEVICE void load(S (&loc)[K][V]) const {
+    using A = typename Op::Acc;
+    if (whole) {   // every load issued before any is used
+      Vec<In, V> g[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) g[k] = *(const Vec<In, V>*)(src + group_at(k));
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+#pragma unroll
+        for (int j = 0; j < V; ++j) loc[k][j] = Op::make((A)widen(in_order(g[k], j)));
+      return;
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int d0 = k * W * V;
+      if (dense && d0 + V <= rem) {
+        const Vec<In, V> g = *(const Vec<In, V>*)(src + group_at(k));
+#pragma unroll
+        for (int j = 0; j < V; ++j) loc[k][j] = Op::make((A)widen(in_order(g, j)));
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          loc[k][j] = d0 + j < rem ? Op::make((A)widen(src[(Rev ? -(int64_t)(d0 + j) : d0 + j) * es]))
+                                   : Op::identity();
+      }
+    }
+  }
+  MLXA_DEVICE void store(int k, const Out (&o)[V]) const {
+    const int d0 = k * W * V;
+    if (whole || (dense && d0 + V <= rem)) {
+      Vec<Out, V> g;
+#pragma unroll
+      for (int j = 0; j < V; ++j) g.v[Rev ? V - 1 - j : j] = o[j];
+      *(Vec<Out, V>*)(dst + group_at(k)) = g;
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (d0 + j < rem) dst[Rev ? -(d0 + j) : d0 + j] = o[j];
+    }
+  }
+};
+
+// Scans one tile: each group's elements, the group totals across the wave (a running
+// wave carry over k), the wave totals across the block through shared memory (wtot,
+// 16 slots, one barrier; callers alternate two buffers so the next tile's writes need no
+// second barrier). Leaves in loc each element's prefix within the tile (inclusive, or
+// exclusive: the identity for the tile's first element) and returns the tile's total.
+template <typename Op, int W, bool WaveRows, int K, int V, typename S>
+MLXA_DEVICE S scan_tile(S (&loc)[K][V], bool inclusive, S* wt) {
+  const int wl = wave_lane<W>();
+  S pre[K];
+  S wcarry = Op::identity();
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+#pragma unroll
+    for (int j = 1; j < V; ++j) loc[k][j] = Op::combine(loc[k][j - 1], loc[k][j]);
+    const S inc = wave_scan<Op, W>(loc[k][V - 1]);
+    S exc, tot;
+    exc.v = wave_shfl_up<W>(inc.v, 1);
+    if (wl == 0) exc = Op::identity();
+    tot.v = wave_shfl<W>(inc.v, W - 1);
+    pre[k] = Op::combine(wcarry, exc);
+    wcarry = Op::combine(wcarry, tot);
+  }
+  S before = Op::identity(), total = wcarry;
+  if constexpr (!WaveRows) {
+    const int wi = wave_index<W>(), nw = waves_per_block<W>();
+    if (wl == W - 1) wt[wi] = wcarry;
+    sync_block();
+    for (int i = 0; i < wi; ++i) before = Op::combine(before, wt[i]);
+    total = before;
+    for (int i = wi; i < nw; ++i) total = Op::combine(total, wt[i]);
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const S b = Op::combine(before, pre[k]);
+    if (inclusive) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) loc[k][j] = Op::combine(b, loc[k][j]);
+    } else {
+#pragma unroll
+      for (int j = V - 1; j > 0; --j) loc[k][j] = Op::combine(b, loc[k][j - 1]);
+      loc[k][0] = b;
+    }
+  }
+  return total;
+}
+
+// Writes a tile's elements, each combined after `carry` (skipped when carry is the
+// identity: the row's first tile without look-back).
+template <typename Op, typename In, typename Out, int W, bool Rev, int K, int V, typename S>
+MLXA_DEVICE void write_tile(const TileIO<Op, In, Out, W, Rev>& io, const S (&loc)[K][V], S carry, bool first) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    Out o[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) o[j] = cast<Out>((first ? loc[k][j] : Op::combine(carry, loc[k][j])).v);
+    io.store(k, o);
+  }
+}
+
+// Tiles of one row's positions [lo, hi) in order, by a wave (WaveRows) or the block, with
+// a running carry (`first`: none yet); returns it.
+template <typename Op, typename In, typename Out, int W, bool Rev, bool WaveRows>
+MLXA_DEVICE State<typename Op::Acc> row_tiles(const ScanArgs& a, const In* in, Out* out, int64_t lo, int64_t hi,
+                                              State<typename Op::Acc> carry, bool first, bool dense,
+                                              State<typename Op::Acc>* wtot) {
+  using S = State<typename Op::Acc>;
+  using IO = TileIO<Op, In, Out, W, Rev>;
+  S loc[IO::K][IO::V];
+  const bool inclusive = (a.flags & MLXA_SCAN_INCLUSIVE) != 0;
+  const int wl = wave_lane<W>(), wi = WaveRows ? 0 : wave_index<W>();
+  const int nw = WaveRows ? 1 : waves_per_block<W>();
+  int parity = 0;
+  for (int64_t t0 = lo; t0 < hi; t0 += (int64_t)nw * IO::WG, parity ^= 16) {
+    const IO io(in, out, a.n, a.elem_stride, dense, t0 + (int64_t)wi * IO::WG + wl * IO::V, hi, wl);
+    io.load(loc);
+    const S total = scan_tile<Op, W, WaveRows>(loc, inclusive, wtot + parity);
+    if (a.mode != MLXA_SCAN_TOTALS) write_tile(io, loc, carry, first);
+    carry = first ? total : Op::combine(carry, total);
+    first = false;
+  }
+  return carry;
+}
+
+// Unit stride, and the 16-byte groups aligned in input and output (reversed, the group at
+// logical p0 starts at n - p0 - V: aligned with the row's end).
+template <bool Rev, typename In, typename Out>
+MLXA_DEVICE bool dense_row(const In* in, Out* out, int64_t n, int64_t es) {
+  return es == 1 && ((uintptr_t)(Rev ? in + n : in) & 15) == 0 && ((uintptr_t)(Rev ? out + n : out) & 15) == 0;
+}
+
+// A row per wave (short rows).
+template <typename Op, typename In, typename Out, int W, bool Rev>
+MLXA_DEVICE void scan_wave_row(const ScanArgs& a) {
+  const int64_t row = (int64_t)blockIdx.x * waves_per_block<W>() + wave_index<W>();
+  if (row >= a.rows) return;   // the whole wave: wave rows never synchronise the block
+  const In* in = (const In*)a.in + offset_of(a, row);
+  Out* out = (Out*)a.out + row * a.n;
+  (void)row_tiles<Op, In, Out, W, Rev, true>(a, in, out, 0, a.n, Op::identity(), true,
+                                             dense_row<Rev>(in, out, a.n, a.elem_stride), nullptr);
+}
+
+// A block per row chunk: the whole row (FULL), the chunk's total (TOTALS), the chunk after
+// the totals before it (CARRIED), or one tile after the look-back over the row's earlier
+// chunks (LOOKBACK).
+template <typename Op, typename In, typename Out, int W, bool Rev>
+MLXA_DEVICE void scan_block_row(const ScanArgs& a, State<typename Op::Acc>* wtot, State<typename Op::Acc>* prefix_s,
+                                uint32_t* ticket_s) {
+  using S = State<typename Op::Acc>;
+  using IO = TileIO<Op, In, Out, W, Rev>;
+  // look-back: chunks in the order blocks start, not blockIdx: every chunk a block waits
+  // for belongs to a block that started earlier, whatever order the hardware runs them in
+  uint32_t id = blockIdx.x;
+  if (a.mode == MLXA_SCAN_LOOKBACK) {
+    if (threadIdx.x == 0) *ticket_s = atomic_add(static_cast<uint32_t*>(a.totals), 1u);
+    sync_block();
+    id = *ticket_s;
+  }
+  const uint32_t nc = (uint32_t)a.nchunks;   // rows * nchunks blocks: below 2^31
+  const uint32_t row = id / nc;
+  const int chunk_id = (int)(id - row * nc), slot_id = (int)id;
+  const int64_t n = a.n;
+  const int64_t lo = (int64_t)chunk_id * a.chunk;
+  const int64_t hi = lo + a.chunk < n ? lo + a.chunk : n;
+  const In* in = (const In*)a.in + offset_of(a, row);
+  Out* out = (Out*)a.out + (int64_t)row * n;
+  const bool dense = dense_row<Rev>(in, out, n, a.elem_stride);
+  if (a.mode == MLXA_SCAN_LOOKBACK) {   // a chunk is one tile: its total is known before anything is written
+    S loc[IO::K][IO::V];
+    const int wl = wave_lane<W>();
+    const IO io(in, out, n, a.elem_stride, dense, lo + (int64_t)wave_index<W>() * IO::WG + wl * IO::V, hi, wl);
+    io.load(loc);
+    const S total = scan_tile<Op, W, false>(loc, (a.flags & MLXA_SCAN_INCLUSIVE) != 0, wtot);
+    S prefix;
+    if constexpr (PackedStatus<Op, S>::fits)
+      prefix = lookback_prefix<Op, W>(PackedStatus<Op, S>(a.totals), slot_id, chunk_id, total, prefix_s);
+    else
+      prefix = lookback_prefix<Op, W>(Status<Op, S>(a.totals, a.rows * a.nchunks), slot_id, chunk_id, total,
+                                      prefix_s);
+    write_tile(io, loc, prefix, false);
+    return;
+  }
+  S carry = Op::identity();
+  if (a.mode == MLXA_SCAN_CARRIED && chunk_id > 0) {
+    // fold the totals of the chunks before this one, in order
+    const S* totals = (const S*)a.totals + (int64_t)row * nc;
+    const int tpr = (int)blockDim.x, lane = (int)threadIdx.x;
+    for (int b = 0; b < chunk_id; b += tpr) {
+      const S v = b + lane < chunk_id ? totals[b + lane] : Op::identity();
+      S tot;
+      (void)group_exclusive<Op, W>(v, false, wtot, tot);
+      carry = Op::combine(carry, tot);
+    }
+  }
+  carry = row_tiles<Op, In, Out, W, Rev, false>(a, in, out, lo, hi, carry, a.mode != MLXA_SCAN_CARRIED || chunk_id == 0,
+                                                dense, wtot);
+  if (a.mode == MLXA_SCAN_TOTALS && threadIdx.x == 0) ((S*)a.totals)[slot_id] = carry;
+}
+
 template <typename Op, typename In, typename Out, int W>
 MLXA_DEVICE void scan_rows(const ScanArgs& a) {
-  using A = typename Op::Acc;
-  using S = State<A>;
-  constexpr int V = 16 / (sizeof(In) > sizeof(Out) ? sizeof(In) : sizeof(Out));
-  __shared__ S wtot[32];
+  using S = State<typename Op::Acc>;
+  __shared__ S wtot[2 * 16];   // two buffers, one slot per wave of a block of at most 512 threads
   __shared__ S prefix_s;
   __shared__ uint32_t ticket_s;
   if (a.mode == MLXA_SCAN_CLEAR) {
@@ -345,111 +537,16 @@ MLXA_DEVICE void scan_rows(const ScanArgs& a) {
       static_cast<uint32_t*>(a.totals)[i] = 0u;
     return;
   }
-  const bool lookback = a.mode == MLXA_SCAN_LOOKBACK;
-  const bool wave_rows = (a.flags & MLXA_SCAN_WAVE_ROWS) != 0;
+  // direction and wave/block rows as template arguments: as runtime flags they kept both
+  // variants' values in registers
   const bool reverse = (a.flags & MLXA_SCAN_REVERSE) != 0;
-  const bool inclusive = (a.flags & MLXA_SCAN_INCLUSIVE) != 0;
-  const int tpr = wave_rows ? W : (int)blockDim.x;
-  const int lane = wave_rows ? wave_lane<W>() : (int)threadIdx.x;
-  int64_t row, chunk_id = 0;
-  if (wave_rows) {
-    row = (int64_t)blockIdx.x * waves_per_block<W>() + wave_index<W>();
-    if (row >= a.rows) return;   // the whole wave: wave rows never synchronise the block
-  } else if (lookback) {
-    // chunks in the order blocks start, not blockIdx: every chunk a block waits for
-    // belongs to a block that started earlier, whatever order the hardware runs them in
-    if (threadIdx.x == 0) ticket_s = atomic_add(static_cast<uint32_t*>(a.totals), 1u);
-    sync_block();
-    row = (int64_t)ticket_s / a.nchunks;
-    chunk_id = (int64_t)ticket_s % a.nchunks;
+  if (a.flags & MLXA_SCAN_WAVE_ROWS) {
+    if (reverse) scan_wave_row<Op, In, Out, W, true>(a);
+    else scan_wave_row<Op, In, Out, W, false>(a);
   } else {
-    row = (int64_t)blockIdx.x / a.nchunks;
-    chunk_id = (int64_t)blockIdx.x % a.nchunks;
+    if (reverse) scan_block_row<Op, In, Out, W, true>(a, wtot, &prefix_s, &ticket_s);
+    else scan_block_row<Op, In, Out, W, false>(a, wtot, &prefix_s, &ticket_s);
   }
-  const int64_t n = a.n, es = a.elem_stride;
-  const int64_t lo = chunk_id * a.chunk;
-  const int64_t hi = lo + a.chunk < n ? lo + a.chunk : n;
-  const In* in = (const In*)a.in + offset_of(a, row);
-  Out* out = (Out*)a.out + row * n;
-  S* totals = (S*)a.totals + row * a.nchunks;
-
-  S carry = Op::identity();
-  if (a.mode == MLXA_SCAN_CARRIED && chunk_id > 0) {
-    // fold the totals of the chunks before this one, in order
-    for (int64_t b = 0; b < chunk_id; b += tpr) {
-      const S v = b + lane < chunk_id ? totals[b + lane] : Op::identity();
-      S tot;
-      (void)group_exclusive<Op, W>(v, false, wtot, tot);
-      carry = Op::combine(carry, tot);
-    }
-  }
-  constexpr int K = MLXA_SCAN_ROW_GROUPS(V);
-  const int wl = wave_lane<W>(), wi = wave_rows ? 0 : wave_index<W>();
-  const int nw = wave_rows ? 1 : waves_per_block<W>();
-  for (int64_t t0 = lo; t0 < hi; t0 += (int64_t)tpr * V * K) {
-    const int64_t w0 = t0 + (int64_t)wi * W * V * K;   // this wave's part of the tile
-    In raw[K][V];
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) raw[k][j] = In{};
-      load_logical<In, V>(in, n, w0 + (int64_t)(k * W + wl) * V, hi, es, reverse, raw[k]);
-    }
-    S loc[K][V], pre[K];
-    S wcarry = Op::identity();
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t p0 = w0 + (int64_t)(k * W + wl) * V;
-#pragma unroll
-      for (int j = 0; j < V; ++j)
-        loc[k][j] = p0 + j < hi ? Op::make((A)widen(raw[k][j]), inclusive && p0 + j == 0) : Op::identity();
-#pragma unroll
-      for (int j = 1; j < V; ++j) loc[k][j] = Op::combine(loc[k][j - 1], loc[k][j]);
-      const S inc = wave_scan<Op, W>(loc[k][V - 1]);
-      S exc, tot;
-      exc.v = wave_shfl_up<W>(inc.v, 1);
-      if (wl == 0) exc = Op::identity();
-      tot.v = wave_shfl<W>(inc.v, W - 1);
-      pre[k] = Op::combine(wcarry, exc);
-      wcarry = Op::combine(wcarry, tot);
-    }
-    // waves before this one in the tile, and the tile's total
-    S before = Op::identity(), total = wcarry;
-    if (!wave_rows) {
-      if (wl == W - 1) wtot[wi] = wcarry;
-      sync_block();
-      for (int i = 0; i < wi; ++i) before = Op::combine(before, wtot[i]);
-      total = before;
-      for (int i = wi; i < nw; ++i) total = Op::combine(total, wtot[i]);
-      sync_block();
-    }
-    if (lookback) {   // a chunk is one tile: its total is known before anything is written
-      const int64_t slot = row * a.nchunks + chunk_id;
-      if constexpr (PackedStatus<Op, S>::fits)
-        carry = lookback_prefix<Op, W>(PackedStatus<Op, S>(a.totals), slot, chunk_id, total, &prefix_s);
-      else
-        carry = lookback_prefix<Op, W>(Status<Op, S>(a.totals, a.rows * a.nchunks), slot, chunk_id, total,
-                                       &prefix_s);
-    }
-    const S base = Op::combine(carry, before);
-    if (a.mode != MLXA_SCAN_TOTALS) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int64_t p0 = w0 + (int64_t)(k * W + wl) * V;
-        if (p0 >= hi) continue;
-        const S b = Op::combine(base, pre[k]);
-        Out o[V];
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const S st = inclusive ? Op::combine(b, loc[k][j]) : (j == 0 ? b : Op::combine(b, loc[k][j - 1]));
-          o[j] = cast<Out>(st.v);
-        }
-        store_logical<Out, V>(out, n, p0, hi, reverse, o);
-      }
-    }
-    carry = Op::combine(carry, total);
-  }
-  if (a.mode == MLXA_SCAN_TOTALS && lane == 0) totals[chunk_id] = carry;
 }
 
 // ---- column kernel -------------------------------------------------------------------
@@ -466,7 +563,7 @@ MLXA_DEVICE void scan_cols(const ScanArgs& a) {
     S acc = Op::identity();
     for (int64_t p = 0; p < n; ++p) {
       const int64_t q = reverse ? n - 1 - p : p;
-      const S s = Op::make((A)widen(in[q * es]), inclusive && p == 0);
+      const S s = Op::make((A)widen(in[q * es]));
       A v;
       if (inclusive) {
         acc = Op::combine(acc, s);

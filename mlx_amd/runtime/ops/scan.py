@@ -36,7 +36,10 @@ PRIMITIVES = {"Scan": "scan"}
 
 MAX_DIMS = 8                 # MLXA_SCAN_MAX_DIMS
 WAVE_BLOCK = 256             # row kernel, a wave per row
-ROW_BLOCK = 512              # row kernel, a block per row (chunk)
+# row kernel, a block per row (chunk); 256 is measured beside it (tools/scan_variants.py,
+# "-rb256"): the kernel holds 64 registers a thread on sm_90 either way (2 blocks of 512 or
+# 4 of 256 an SM), smaller blocks wait at a tile's barrier in smaller groups
+ROW_BLOCK = 512
 # MLXA_SCAN_ROW_GROUPS(v): 16-byte groups per row-kernel thread per tile, by elements per group
 ROW_GROUPS = {4: 4, 2: 2, 8: 2, 16: 1}
 WAVE_ROW_GROUPS = 4          # rows of at most this many groups per lane take a wave each
