@@ -1,6 +1,7 @@
 """Attention (mlx_amd::SDPA): decode in GB/s of the K+V bytes against the device copy
 roofline, prefill in TFLOP/s against torch.nn.functional.scaled_dot_product_attention on
-the same shapes, in one run.
+the same shapes, in one run; decode also with the FMA kernel forced (the matrix-unit
+kernel serves 16-bit caches from 8192 keys).
 
     python benchmarks/sdpa_bench.py [--out DIR]
 
@@ -59,16 +60,22 @@ def main():
     args = ap.parse_args()
     b = Bench("sdpa_bench")
     scale = 1.0 / math.sqrt(D)
-    for lk in (4096, 32768):
+    for lk in (4096, 32768, 131072):
         q, k, v = inputs(1, lk, cache=lk + 256)       # a KV-cache slice, as mlx-lm reads it
-        ms = b.time_node(sdpa, "mlx_amd::SDPA", (scale, "", False), (q, k, v), [(B, HQ, 1, D)], ["bfloat16"])
         kv_bytes = 2 * B * HKV * lk * D * 2
         name = f"sdpa decode bf16 B{B} H{HQ}/{HKV} D{D} L{lk}"
-        gbps = kv_bytes / (ms * 1e-3) / 1e9
-        b.row(name, gbps, "GB/s", "copy roofline", b.roofline_gbps)
+        gbps = {}
+        for path in ("", "fma"):   # the planner's kernel (matrix unit from 8k keys), the FMA one
+            os.environ["MLX_AMD_SDPA_DECODE"] = path
+            ms = b.time_node(sdpa, "mlx_amd::SDPA", (scale, "", False), (q, k, v), [(B, HQ, 1, D)], ["bfloat16"])
+            gbps[path] = kv_bytes / (ms * 1e-3) / 1e9
+        os.environ.pop("MLX_AMD_SDPA_DECODE")
+        b.row(name, gbps[""], "GB/s", "copy roofline", b.roofline_gbps)
+        b.row(name + " FMA kernel", gbps["fma"], "GB/s", "copy roofline", b.roofline_gbps)
+        b.row(name + " vs FMA kernel", gbps[""], "GB/s", "FMA decode kernel (MLX_AMD_SDPA_DECODE=fma)", gbps["fma"])
         tms = torch_ms(b, 1, lk, False)
         if tms:
-            b.row(name + " vs PyTorch", gbps, "GB/s", "torch SDPA", kv_bytes / (tms * 1e-3) / 1e9)
+            b.row(name + " vs PyTorch", gbps[""], "GB/s", "torch SDPA", kv_bytes / (tms * 1e-3) / 1e9)
         del q, k, v
     # llama-1b's head dim 64 and llama-8b's 128 at mlx-lm's 512-token prefill, then longer
     for d, L in ((64, 512), (128, 512), (128, 1024), (128, 4096)):

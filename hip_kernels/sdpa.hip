@@ -123,6 +123,91 @@ struct Cfg {
   static_assert(LG >= R, "the score's reduce-scatter gives each lane one row");
 };
 
+// ---- split-K: the last block of a row chunk to finish combines every split's partials (no
+// second launch: its latency was most of a short-context decode). `counter` (the chunk's, in
+// memory the runtime keeps zeroed; the last block sets it back to 0), `ml` (2 floats a row)
+// and `last` are the caller's; a 32-lane subgroup per row for the rows' maxima and sums.
+template <typename T, int D, int NT, class OutRow>
+MLXA_DEVICE void combine_splits(const SdpaDecodeArgs& a, int rows_here, const OutRow& out_row,
+                                unsigned int* counter, float* ml, unsigned int* last) {
+  const int tid = (int)threadIdx.x, sub = tid / 32, sl = tid % 32;
+  const int rows_total = a.B * a.Hq * a.Lq;
+  __threadfence();                 // this block's partials before its arrival is counted
+  sync_block();
+  if (tid == 0) *last = atomicAdd(counter, 1u) == (unsigned int)a.n_splits - 1u;
+  sync_block();
+  if (!*last) return;
+  __threadfence();                 // the other blocks' partials, counted before, are visible
+  const int n = a.n_splits;
+  for (int r = sub; r < rows_here; r += NT / 32) {
+    const int64_t orow = out_row(r);
+    const int h = (int)((orow / a.Lq) % a.Hq);
+    const float sk = a.sink_kind != MLXA_SDPA_SINK_NONE ? sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride)
+                                                        : neg_inf();
+    float M = sk;
+    for (int sp = sl; sp < n; sp += 32) M = fmaxf(M, a.part_ml[((int64_t)sp * rows_total + orow) * 2]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, shfl_xor(M, o, 32));
+    float L = 0.0f;
+    for (int sp = sl; sp < n; sp += 32) {
+      const float* pml = a.part_ml + ((int64_t)sp * rows_total + orow) * 2;
+      L = fmaf(pml[1], rescale(pml[0], M), L);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) L += shfl_xor(L, o, 32);
+    if (a.sink_kind != MLXA_SDPA_SINK_NONE) L += rescale(sk, M);
+    if (sl == 0) {
+      ml[2 * r] = M;
+      ml[2 * r + 1] = L;
+    }
+  }
+  sync_block();
+  // 4 columns a thread (16-byte partial loads: head dims are multiples of 16), 8 splits in
+  // flight: one block walks every split's partials, on the decode's critical path
+  static_assert(D % 4 == 0, "partial rows in 16-byte vectors");
+  for (int t = tid; t < rows_here * (D / 4); t += NT) {
+    const int r = t / (D / 4), e = (t % (D / 4)) * 4;
+    const int64_t orow = out_row(r);
+    const float M = ml[2 * r], inv = 1.0f / ml[2 * r + 1];
+    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 8
+    for (int sp = 0; sp < n; ++sp) {
+      const int64_t pr = (int64_t)sp * rows_total + orow;
+      const float f = rescale(a.part_ml[pr * 2], M);
+      const Vec<float, 4> x = *(const Vec<float, 4>*)(a.part_o + pr * D + e);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[i] = fmaf(x.v[i], f, o[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) ((T*)a.out)[orow * D + e + i] = cast<T>(o[i] * inv);
+  }
+  if (tid == 0) *counter = 0u;     // ready for the next launch, queued after this one
+}
+
+// A row's finished (max, sum, output column) of a decode block: the partials of its split, or
+// with a single split the output itself (the sinks folded in here).
+template <typename T, int D>
+MLXA_DEVICE void decode_emit(const SdpaDecodeArgs& a, int split, int64_t orow, int e, float M, float L, float o) {
+  if (a.n_splits > 1) {
+    const int64_t pr = (int64_t)split * (a.B * a.Hq * a.Lq) + orow;
+    a.part_o[pr * D + e] = o;
+    if (e == 0) {
+      a.part_ml[pr * 2] = M;
+      a.part_ml[pr * 2 + 1] = L;
+    }
+    return;
+  }
+  if (a.sink_kind != MLXA_SDPA_SINK_NONE) {
+    const int h = (int)((orow / a.Lq) % a.Hq);
+    const float sk = sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride);
+    const float mn = fmaxf(M, sk);
+    const float fo = rescale(M, mn);
+    o *= fo;
+    L = L * fo + rescale(sk, mn);
+  }
+  ((T*)a.out)[orow * D + e] = cast<T>(o / L);
+}
+
 constexpr int kDecodeBlock = 256;
 
 template <typename T, int D, int R>
@@ -278,7 +363,6 @@ MLXA_DEVICE void decode(const SdpaDecodeArgs& a) {
   }
   sync_block();
   const int sub = tid / 32, sl = tid % 32;
-  const int rows_total = a.B * a.Hq * a.Lq;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     float M = neg_inf();
@@ -325,76 +409,13 @@ MLXA_DEVICE void decode(const SdpaDecodeArgs& a) {
       L += sm_l[r][si];
       o += sm_buf[r][si][e];
     }
-    const int64_t orow = out_row(r);
-    if (a.n_splits > 1) {
-      a.part_o[((int64_t)split * rows_total + orow) * D + e] = o;
-      if (e == 0) {
-        a.part_ml[((int64_t)split * rows_total + orow) * 2] = M;
-        a.part_ml[((int64_t)split * rows_total + orow) * 2 + 1] = L;
-      }
-    } else {
-      if (a.sink_kind != MLXA_SDPA_SINK_NONE) {
-        const int h = (int)((orow / a.Lq) % a.Hq);
-        const float sk = sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride);
-        const float mn = fmaxf(M, sk);
-        const float fo = rescale(M, mn);
-        o *= fo;
-        L = L * fo + rescale(sk, mn);
-      }
-      ((T*)a.out)[orow * D + e] = cast<T>(o / L);
-    }
+    decode_emit<T, D>(a, split, out_row(r), e, M, L, o);
   }
   if (a.n_splits == 1) return;
-
-  // ---- split-K: the last block of this row chunk to finish combines every split's
-  // partials (no second launch: its latency was most of a short-context decode). The
-  // counter lives in memory the runtime keeps zeroed; the last block sets it back to 0.
   __shared__ unsigned int sm_last;
-  __threadfence();                 // this block's partials before its arrival is counted
-  sync_block();
-  unsigned int* counter = a.counters + ((int64_t)b * a.Hkv + kvh) * chunks + (int)blockIdx.x % chunks;
-  if (tid == 0) sm_last = atomicAdd(counter, 1u) == (unsigned int)a.n_splits - 1u;
-  sync_block();
-  if (!sm_last) return;
-  __threadfence();                 // the other blocks' partials, counted before, are visible
-  const int n = a.n_splits;
-  // a 32-lane subgroup per row: the rows' maxima and sums over the splits
-  if (sub < rows_here) {
-    const int64_t orow = out_row(sub);
-    const int h = (int)((orow / a.Lq) % a.Hq);
-    const float sk = a.sink_kind != MLXA_SDPA_SINK_NONE ? sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride)
-                                                        : neg_inf();
-    float M = sk;
-    for (int sp = sl; sp < n; sp += 32) M = fmaxf(M, a.part_ml[((int64_t)sp * rows_total + orow) * 2]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, shfl_xor(M, o, 32));
-    float L = 0.0f;
-    for (int sp = sl; sp < n; sp += 32) {
-      const float* ml = a.part_ml + ((int64_t)sp * rows_total + orow) * 2;
-      L = fmaf(ml[1], rescale(ml[0], M), L);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) L += shfl_xor(L, o, 32);
-    if (a.sink_kind != MLXA_SDPA_SINK_NONE) L += rescale(sk, M);
-    if (sl == 0) {
-      sm_m[sub][0] = M;
-      sm_m[sub][1] = L;
-    }
-  }
-  sync_block();
-  for (int t = tid; t < rows_here * D; t += kDecodeBlock) {
-    const int r = t / D, e = t % D;
-    const int64_t orow = out_row(r);
-    const float M = sm_m[r][0], inv = 1.0f / sm_m[r][1];
-    float o = 0.0f;
-#pragma unroll 8
-    for (int sp = 0; sp < n; ++sp) {
-      const int64_t pr = (int64_t)sp * rows_total + orow;
-      o = fmaf(a.part_o[pr * D + e], rescale(a.part_ml[pr * 2], M), o);
-    }
-    ((T*)a.out)[orow * D + e] = cast<T>(o * inv);
-  }
-  if (tid == 0) *counter = 0u;     // ready for the next launch, queued after this one
+  combine_splits<T, D, kDecodeBlock>(a, rows_here, out_row,
+                                     a.counters + ((int64_t)b * a.Hkv + kvh) * chunks + (int)blockIdx.x % chunks,
+                                     &sm_m[0][0], &sm_last);
 }
 
 struct MaxOp {
@@ -809,6 +830,223 @@ MLXA_DEVICE void flash_mma(const SdpaFlashArgs& a) {
   }
 }
 
+// ---- decode on the matrix unit (mlxa/mma.h) ----------------------------------------------------
+// The decode contract and split-K (partials, last-block combine) with S = Q K^T and O += P V on
+// the matrix unit: the query rows of one kv head (its GQA group's heads x Lq, up to 16: a row
+// chunk) form one 16-row tile whose operands every wave holds; each wave takes 16 keys of a
+// stage of kDecodeMmaWaves * 16, staged through shared memory in two stages (asynchronous
+// copies on NVIDIA). The FMA kernel spent ~140 instructions a lane per key on the products,
+// shuffles and conversions and was bound by issue at a quarter occupancy (sdpa_decode_ring-
+// h100.txt); here 16 keys cost two matrix products per 16 head-dim columns for Q K^T and as
+// many for P V. Rows past the chunk's are zero queries whose results are dropped. The waves'
+// states combine through shared memory.
+constexpr int kDecodeMmaWaves = 2;
+
+template <typename T, int D>
+MLXA_DEVICE void decode_mma(const SdpaDecodeArgs& a) {
+  using M = mma::Tiles<T>;
+  if constexpr (!M::kAvailable) {
+    trap();   // the launcher takes this kernel only where the target has the unit
+  } else {
+    constexpr int NW = kDecodeMmaWaves, W = M::kWave, NT = NW * W, BK = 16 * NW;
+    constexpr int VE = 16 / (int)sizeof(T);
+    constexpr int PITCH = D + VE;
+    constexpr int DC = D / 16, S = M::kSlots;
+    constexpr int STAGE = 2 * BK * PITCH;                  // K then V of one stage
+    constexpr int ELEMS = 2 * STAGE;                       // two stages; also Q and the combine
+    constexpr int OFF_L = NW * 16 * D, OFF_M = OFF_L + NW * 16;   // combine: floats
+    static_assert(D % 16 == 0, "tiles are 16 x 16");
+    static_assert(16 * PITCH <= ELEMS && (OFF_M + NW * 16) * 4 <= ELEMS * (int)sizeof(T),
+                  "Q and the waves' combine fit in the stages' shared memory");
+    __shared__ Vec<T, VE> smem_v[ELEMS / VE];
+    __shared__ unsigned int sm_last;
+    T* const sm = (T*)smem_v;
+    float* const smf = (float*)smem_v;
+
+    if ((int)blockDim.x != NT) trap();     // the launcher's block: NW waves
+    const int tid = (int)threadIdx.x, wave = tid / W, lane = tid % W;
+    const int G = a.Hq / a.Hkv, n_rows = G * a.Lq;
+    const int chunks = (n_rows + 15) / 16;
+    const int split = (int)blockIdx.x / chunks, row0 = ((int)blockIdx.x % chunks) * 16;
+    const int kvh = (int)blockIdx.y, b = (int)blockIdx.z;
+    const int rows_here = n_rows - row0 < 16 ? n_rows - row0 : 16;
+    const T* kbase = (const T*)a.k + b * a.k_strides[0] + kvh * a.k_strides[1];
+    const T* vbase = (const T*)a.v + b * a.v_strides[0] + kvh * a.v_strides[1];
+    constexpr int64_t kVecMask = VE - 1;
+    const bool kv_al = (((uintptr_t)kbase | (uintptr_t)vbase) & 15u) == 0 &&
+                       ((a.k_strides[2] | a.v_strides[2]) & kVecMask) == 0;
+    const int k0 = split * a.keys_per_split;
+    const int k1 = k0 + a.keys_per_split < a.Lk ? k0 + a.keys_per_split : a.Lk;
+    const int n_tiles = (k1 - k0 + BK - 1) / BK;
+
+    // the chunk's query rows (row r: head kvh * G + r / Lq, position r % Lq), zeros past them;
+    // 16-byte loads where q's rows are unit-stride 16-byte vectors (mlx-lm's q is transposed)
+    const int64_t qs3 = a.q_strides[3];
+    const bool q_vec = qs3 == 1 && ((uintptr_t)a.q & 15u) == 0 &&
+                       ((a.q_strides[0] | a.q_strides[1] | a.q_strides[2]) & kVecMask) == 0;
+    for (int i = tid; i < 16 * (D / VE); i += NT) {
+      const int r = i / (D / VE), e = (i % (D / VE)) * VE, idx = row0 + r;
+      Vec<T, VE> x;
+      if (r < rows_here) {
+        const int h = kvh * G + idx / a.Lq, l = idx % a.Lq;
+        const T* src = (const T*)a.q + b * a.q_strides[0] + h * a.q_strides[1] + l * a.q_strides[2];
+        if (q_vec) {
+          x = *(const Vec<T, VE>*)(src + e);
+        } else {
+#pragma unroll
+          for (int j = 0; j < VE; ++j) x.v[j] = src[(e + j) * qs3];
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < VE; ++j) x.v[j] = cast<T>(0.0f);
+      }
+      *(Vec<T, VE>*)(sm + r * PITCH + e) = x;
+    }
+    sync_block();
+    typename M::Q qf[DC];
+#pragma unroll
+    for (int dc = 0; dc < DC; ++dc) M::load_q(qf[dc], sm + dc * 16, PITCH, lane);
+
+    int limit[S];
+    int64_t mrow[S];
+    float m[S], l[S];
+#pragma unroll
+    for (int sl = 0; sl < S; ++sl) {
+      const int r = M::query(sl, lane), idx = row0 + (r < rows_here ? r : 0);
+      const int h = kvh * G + idx / a.Lq, lq = idx % a.Lq;
+      limit[sl] = a.causal ? lq + a.Lk - a.Lq : a.Lk;
+      mrow[sl] = b * a.mask_strides[0] + h * a.mask_strides[1] + lq * a.mask_strides[2];
+      m[sl] = neg_inf();
+      l[sl] = 0.0f;
+    }
+    // a causal limit no row is below (position 0's): stages within it need no per-key checks
+    const int min_limit = a.causal ? a.Lk - a.Lq : a.Lk;
+
+    typename M::Acc o[DC];
+#pragma unroll
+    for (int dc = 0; dc < DC; ++dc)
+#pragma unroll
+      for (int e = 0; e < M::kNS; ++e) o[dc].v[e] = 0.0f;
+
+    auto issue = [&](int t) {
+      T* st = sm + (t & 1) * STAGE;
+      const int ks = k0 + t * BK;
+      const int valid = k1 - ks < BK ? k1 - ks : BK;
+      tile_issue<T, BK, D, PITCH, NT>(st, kbase + ks * a.k_strides[2], a.k_strides[2], valid, kv_al);
+      tile_issue<T, BK, D, PITCH, NT>(st + BK * PITCH, vbase + ks * a.v_strides[2], a.v_strides[2], valid, kv_al);
+      copy_async_commit();
+    };
+    sync_block();   // every wave holds its Q operands: the shared memory becomes the stages
+    if (n_tiles > 0) issue(0);
+    for (int t = 0; t < n_tiles; ++t) {
+      const int kw = k0 + t * BK + 16 * wave;      // this wave's first key
+      if (t + 1 < n_tiles) {
+        issue(t + 1);
+        copy_async_wait<1>();
+      } else {
+        copy_async_wait<0>();
+      }
+      sync_block();
+      const T* sk = sm + (t & 1) * STAGE + 16 * wave * PITCH;
+      const T* sv = sk + BK * PITCH;
+      typename M::Acc s;
+#pragma unroll
+      for (int e = 0; e < M::kNS; ++e) s.v[e] = 0.0f;
+#pragma unroll
+      for (int dc = 0; dc < DC; ++dc) M::qk(s, qf[dc], sk + dc * 16, PITCH, lane);
+
+      float tmax[S], al[S];
+#pragma unroll
+      for (int sl = 0; sl < S; ++sl) tmax[sl] = neg_inf();
+      const bool plain = a.mask_kind == MLXA_SDPA_MASK_NONE && kw + 16 <= k1 && kw + 15 <= min_limit;
+#pragma unroll
+      for (int e = 0; e < M::kNS; ++e) {
+        const int sl = M::slot(e);
+        float x = s.v[e] * a.scale_log2;
+        if (!plain) {
+          const int key = kw + M::col(e, lane);
+          if (key >= k1) {
+            x = neg_inf();
+          } else {
+            x = masked_logit<T>(x, a.mask_kind, a.mask, mrow[sl] + key * a.mask_strides[3]);
+            if (key > limit[sl]) x = kMaskedLogit;
+          }
+        }
+        s.v[e] = x;
+        tmax[sl] = fmaxf(tmax[sl], x);
+      }
+#pragma unroll
+      for (int sl = 0; sl < S; ++sl) {
+        const float mn = fmaxf(m[sl], M::reduce(tmax[sl], MaxOp{}));
+        al[sl] = rescale(m[sl], mn);
+        m[sl] = mn;
+        l[sl] *= al[sl];
+      }
+#pragma unroll
+      for (int e = 0; e < M::kNS; ++e) {
+        const int sl = M::slot(e);
+        const float p = s.v[e] == neg_inf() ? 0.0f : exp2f(s.v[e] - m[sl]);
+        s.v[e] = p;
+        l[sl] += p;
+      }
+#pragma unroll
+      for (int dc = 0; dc < DC; ++dc)
+#pragma unroll
+        for (int e = 0; e < M::kNS; ++e) o[dc].v[e] *= al[M::slot(e)];
+      const typename M::P pp = M::pack(s, lane);
+#pragma unroll
+      for (int dc = 0; dc < DC; ++dc) M::pv(o[dc], pp, sv + dc * 16, PITCH, lane);
+      sync_block();   // this stage's readers are done before stage t + 2 lands in it
+    }
+
+    // the waves' (max, sum, O) through shared memory (the stages are free: the loop's last
+    // barrier, or the one after Q when there were no keys)
+    float L[S];
+#pragma unroll
+    for (int sl = 0; sl < S; ++sl) L[sl] = M::reduce(l[sl], SumOp{});
+#pragma unroll
+    for (int dc = 0; dc < DC; ++dc)
+#pragma unroll
+      for (int e = 0; e < M::kNS; ++e) {
+        const int sl = M::slot(e), r = M::query(sl, lane);
+        smf[(wave * 16 + r) * D + dc * 16 + M::col(e, lane)] = o[dc].v[e];
+        if (dc == 0 && e == 0) {
+#pragma unroll
+          for (int s2 = 0; s2 < S; ++s2) {
+            const int r2 = M::query(s2, lane);
+            smf[OFF_M + wave * 16 + r2] = m[s2];
+            smf[OFF_L + wave * 16 + r2] = L[s2];
+          }
+        }
+      }
+    sync_block();
+    auto out_row = [&](int r) {
+      const int idx = row0 + r;
+      const int g = idx / a.Lq, lq = idx % a.Lq;
+      return ((int64_t)b * a.Hq + kvh * G + g) * a.Lq + lq;
+    };
+    for (int t = tid; t < rows_here * D; t += NT) {
+      const int r = t / D, e = t % D;
+      float Mx = neg_inf();
+#pragma unroll
+      for (int w = 0; w < NW; ++w) Mx = fmaxf(Mx, smf[OFF_M + w * 16 + r]);
+      float Lx = 0.0f, ox = 0.0f;
+#pragma unroll
+      for (int w = 0; w < NW; ++w) {
+        const float f = rescale(smf[OFF_M + w * 16 + r], Mx);
+        Lx = fmaf(smf[OFF_L + w * 16 + r], f, Lx);
+        ox = fmaf(smf[(w * 16 + r) * D + e], f, ox);
+      }
+      decode_emit<T, D>(a, split, out_row(r), e, Mx, Lx, ox);
+    }
+    if (a.n_splits == 1) return;
+    sync_block();   // the combine reuses the shared memory read above
+    combine_splits<T, D, NT>(a, rows_here, out_row,
+                             a.counters + ((int64_t)b * a.Hkv + kvh) * chunks + (int)blockIdx.x % chunks,
+                             smf, &sm_last);
+  }
+}
+
 template <typename T>
 MLXA_DEVICE float row_logit(const SdpaRowsArgs& a, const T* s, int j, int64_t moff, int limit) {
   if (j > limit) return kMaskedLogit;
@@ -882,6 +1120,10 @@ MLXA_DEVICE void scatter(const SdpaScatterArgs& a) {
 #define MLXA_SDPA_DECODE(name, T, D, R)                                                   \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(SdpaDecodeArgs a) {                      \
     mlxa::sdpa::decode<T, D, R>(a);                                                        \
+  }
+#define MLXA_SDPA_DECODE_MMA(name, T, D)                                                 \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(128) name(SdpaDecodeArgs a) {                        \
+    mlxa::sdpa::decode_mma<T, D>(a);                                                       \
   }
 #define MLXA_SDPA_FLASH(name, T, D, RQ, KQ)                                              \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(SdpaFlashArgs a) {                        \

@@ -111,9 +111,22 @@ DECODE = [
 ]
 
 
+@pytest.fixture(params=["mma", "fma"])
+def decode_path(request, monkeypatch, gpu_runtime):
+    """The matrix-unit decode kernel (where it serves: float16/bfloat16, head dims 64-128) or
+    the FMA kernel: plans and recordings are cached, so both are dropped around the test."""
+    monkeypatch.setenv("MLX_AMD_SDPA_DECODE", request.param)
+    ev = gpu_runtime.evaluator
+    ev.plans.clear()
+    ev.drop_programs()
+    yield request.param
+    ev.plans.clear()
+    ev.drop_programs()
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("case", DECODE, ids=lambda c: "x".join(str(x) for x in c[:6]) + f"-{c[7]}-s{int(c[8])}")
-def test_decode(gpu_runtime, dtype, case):
+def test_decode(gpu_runtime, decode_path, dtype, case):
     B, Hq, Hkv, Lq, Lk, D, Dv, mask, sinks, cache, tq = case
     q, k, v, m, s = make(B, Hq, Hkv, Lq, Lk, D, Dv, dtype, mask, sinks, cache, tq)
     run_case(dtype, q, k, v, m, s)
@@ -217,11 +230,12 @@ def _prefill_kernels(rt, n):
     return [getattr(st, "kernel", "") for st in sdpa.plan_node(n, rt.props).steps]
 
 
-def _node(dt, Lq=300, D=64):
+def _node(dt, Lq=300, D=64, Lk=None):
     from mlx_amd.runtime.plan import Layout, Node
     R = Layout.row_major
+    Lk = Lk or Lq
     return Node("mlx_amd::SDPA", (0.125, "causal", False),
-                (R((1, 8, Lq, D), dt), R((1, 2, Lq, D), dt), R((1, 2, Lq, D), dt)), (R((1, 8, Lq, D), dt),))
+                (R((1, 8, Lq, D), dt), R((1, 2, Lk, D), dt), R((1, 2, Lk, D), dt)), (R((1, 8, Lq, D), dt),))
 
 
 @pytest.fixture
@@ -245,11 +259,13 @@ def test_matrix_unit_selftest(gpu_runtime, fresh_verdicts, monkeypatch, dtype):
     from mlx_amd.runtime.ops import sdpa
     monkeypatch.delenv("MLX_AMD_SDPA_PREFILL", raising=False)
     monkeypatch.delenv("MLX_AMD_MATRIX_UNITS", raising=False)
+    monkeypatch.delenv("MLX_AMD_SDPA_DECODE", raising=False)
     if matrix_units.backend(gpu_runtime.props, dtype) is None:
         pytest.skip(f"no matrix-tile backend on {gpu_runtime.props.arch}")
     ok, why = sdpa.mma_selftest(gpu_runtime, dtype)
     assert ok, why
     assert _prefill_kernels(gpu_runtime, _node(dtype)) == [f"sdpa_flash_mma_d64_{dtype}"]
+    assert _prefill_kernels(gpu_runtime, _node(dtype, Lq=1, Lk=16384)) == [f"sdpa_decode_mma_d64_{dtype}"]
     assert matrix_units.verdicts() == {("sdpa", gpu_runtime.props.arch, dtype): True}
 
 
@@ -260,6 +276,7 @@ def test_matrix_unit_selftest_mismatch_uses_the_twin(gpu_runtime, fresh_verdicts
     from mlx_amd.runtime.ops import sdpa
     monkeypatch.delenv("MLX_AMD_SDPA_PREFILL", raising=False)
     monkeypatch.delenv("MLX_AMD_MATRIX_UNITS", raising=False)
+    monkeypatch.delenv("MLX_AMD_SDPA_DECODE", raising=False)
     if matrix_units.backend(gpu_runtime.props, "bfloat16") is None:
         pytest.skip(f"no matrix-tile backend on {gpu_runtime.props.arch}")
     monkeypatch.setattr(sdpa, "SELFTEST_PERTURB", lambda g: g * 1.5)
@@ -267,4 +284,5 @@ def test_matrix_unit_selftest_mismatch_uses_the_twin(gpu_runtime, fresh_verdicts
     with pytest.warns(RuntimeWarning, match="differ from their portable twins"):
         run_case("bfloat16", q, k, v, m, s)
     assert _prefill_kernels(gpu_runtime, _node("bfloat16")) == ["sdpa_flash_d64_bfloat16"]
+    assert _prefill_kernels(gpu_runtime, _node("bfloat16", Lq=1, Lk=16384)) == ["sdpa_decode_d64_r4_bfloat16"]
     assert matrix_units.verdicts()[("sdpa", gpu_runtime.props.arch, "bfloat16")] is False

@@ -69,16 +69,23 @@ CASES = [
 @pytest.mark.parametrize("dt", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("shape", CASES)
 @pytest.mark.parametrize("mode", ["", "causal", "array"])
-def test_decode_plans(dt, shape, mode):
+@pytest.mark.parametrize("force", ["", "fma", "mma"])
+def test_decode_plans(dt, shape, mode, force, monkeypatch):
+    monkeypatch.setenv("MLX_AMD_SDPA_DECODE", force)
     n = node(*shape, dt=dt, mode=mode, sinks=True, cap=shape[4] + 100)
     p = sdpa.plan_node(n, props())
     check_refs(p, n)
     kernels = [s.kernel for s in p.steps]
     B, Hq, Hkv, Lq, Lk, D = shape
-    assert kernels[0] == f"sdpa_decode_d{D}_r4_{dt}"
+    # the matrix-unit kernel (16 rows a block, 2 waves) for 16-bit dtypes and head dims to
+    # 128, from 8192 keys unless forced
+    mma = (force == "mma" or (not force and Lk >= 8192)) and dt != "float32" and D <= 128
+    rows, block = (16, 64) if mma else (4, 256)
+    assert kernels[0] == (f"sdpa_decode_mma_d{D}_{dt}" if mma else f"sdpa_decode_d{D}_r4_{dt}")
+    assert p.steps[0].block == (block, 1, 1)
     splits, kps = sdpa.decode_splits(sdpa.problem(n), props())
     assert (splits - 1) * kps < Lk <= splits * kps        # no empty split
-    chunks = -(-(Hq // Hkv * Lq) // 4)
+    chunks = -(-(Hq // Hkv * Lq) // rows)
     assert p.steps[0].grid == (splits * chunks, Hkv, B)
     assert len(kernels) == 1       # a split-K decode combines in its last block: one launch
     counters = p.steps[0].refs[8]
@@ -90,6 +97,30 @@ def test_decode_plans(dt, shape, mode):
         assert p.temps == (cap * B * Hq * Lq * D * 4, cap * B * Hq * Lq * 8)
     else:
         assert p.temps == () and counters.kind != "z"
+
+
+def test_decode_rebind_switches_kernel_once_at_the_matrix_unit_threshold():
+    # a bf16 cache growing past DECODE_MMA_MIN_KEYS: the FMA plan stops rebinding there (the
+    # node is planned once more), the matrix-unit plan made then rebinds to every longer length
+    dev = props()
+    limit = sdpa.DECODE_MMA_MIN_KEYS
+    short = sdpa.plan_node(node(1, 32, 8, 1, limit - 1, 128, cap=4 * limit), dev)
+    assert short.steps[0].kernel == "sdpa_decode_d128_r4_bfloat16"
+    at = node(1, 32, 8, 1, limit, 128, cap=4 * limit)
+    assert short.rebind([x.shape for x in at.ins], [x.strides for x in at.ins]) is None
+    long = sdpa.plan_node(at, dev)
+    assert long.steps[0].kernel == "sdpa_decode_mma_d128_bfloat16"
+    for Lk in (limit + 1, 2 * limit, 4 * limit):
+        n = node(1, 32, 8, 1, Lk, 128, cap=4 * limit)
+        fresh = sdpa.plan_node(n, dev)
+        assert long.rebind([x.shape for x in n.ins], [x.strides for x in n.ins]) == \
+            [(s.grid, s.tail) for s in fresh.steps]
+
+
+def test_decode_refuses_an_unknown_forced_kernel(monkeypatch):
+    monkeypatch.setenv("MLX_AMD_SDPA_DECODE", "wmma")
+    with pytest.raises(ValueError, match="MLX_AMD_SDPA_DECODE"):
+        sdpa.plan_node(node(1, 32, 8, 1, 300, 128), props())
 
 
 def test_decode_fills_the_device():

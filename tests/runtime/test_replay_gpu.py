@@ -193,6 +193,34 @@ def test_sdpa_decode_rebinds_to_growing_kv_lengths(gpu_runtime, mode):
     assert ev.replay_python - p0 <= len(lengths) // 4, "SDPA decode was not rebound"
 
 
+def test_sdpa_decode_replay_crosses_to_the_matrix_unit_kernel(gpu_runtime, monkeypatch):
+    # a bfloat16 cache growing past DECODE_MMA_MIN_KEYS (lowered here so the test stays
+    # small): the replayed FMA plan stops rebinding at the threshold, the node is planned
+    # again with the matrix-unit kernel, whose plan then rebinds; every step equals plain MLX
+    from mlx_amd.runtime.ops import sdpa
+    monkeypatch.setattr(sdpa, "DECODE_MMA_MIN_KEYS", 700)
+    monkeypatch.delenv("MLX_AMD_SDPA_DECODE", raising=False)
+    ev = gpu_runtime.evaluator
+    ev.plans.clear()
+    ev.drop_programs()
+    rng = np.random.default_rng(8)
+    K = mx.array(rng.standard_normal((1, 2, 900, 128)).astype(np.float32)).astype(mx.bfloat16)
+    V = mx.array(rng.standard_normal((1, 2, 900, 128)).astype(np.float32)).astype(mx.bfloat16)
+    q = mx.array(rng.standard_normal((1, 8, 1, 128)).astype(np.float32)).astype(mx.bfloat16)
+    mx.eval(K, V, q)
+
+    def step(L):
+        return mx.fast.scaled_dot_product_attention(q, K[:, :, :L], V[:, :, :L], scale=0.088, mask="causal")
+
+    for L in range(640, 900, 13):
+        got, ref = both(step, L)
+        assert_close(got.astype(mx.float32), ref.astype(mx.float32), f"L={L}", rtol=2e-2, atol=2e-2)
+    kernels = {getattr(st, "kernel", "") for e in ev.plans.values() if e[0] is not None for st in e[0].steps}
+    assert "sdpa_decode_d128_r4_bfloat16" in kernels and "sdpa_decode_mma_d128_bfloat16" in kernels
+    ev.plans.clear()
+    ev.drop_programs()
+
+
 def test_graph_launches_replace_kernel_launches(gpu_runtime, launch_mode):
     x = mx.array(np.random.default_rng(3).standard_normal((16, 100)).astype(np.float32))
     f = lambda v: mx.softmax(mx.exp(v * 0.1) + mx.sin(v), axis=-1).sum(axis=0)  # noqa: E731

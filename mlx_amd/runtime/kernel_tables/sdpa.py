@@ -3,6 +3,7 @@ kernel_table.py (standard library only).
 
 Names:
   sdpa_decode_d<D>_r<R>_<dtype>   decode, head dim D (= value dim), R query rows per block
+  sdpa_decode_mma_d<D>_<dtype>    decode on the matrix unit (mlxa/mma.h), 16-bit dtypes, 16 rows
   sdpa_flash_d<D>_<dtype>         flash prefill, head dim D (= value dim), tiles flash_config
   sdpa_flash_mma_d<D>_<dtype>     flash prefill on the matrix unit (mlxa/mma.h), 16-bit dtypes
   sdpa_rows_<dtype>_w<W>          prefill softmax of a score chunk, in place
@@ -51,6 +52,19 @@ def flash_mma(dtype, d):
     return f"sdpa_flash_mma_d{int(d)}_{dtype}"
 
 
+def decode_mma(dtype, d):
+    return f"sdpa_decode_mma_d{int(d)}_{dtype}"
+
+
+DECODE_MMA_WAVES = 2                # mlxa::sdpa::kDecodeMmaWaves
+DECODE_MMA_ROWS = 16                # query rows of a kv head per block (one matrix tile)
+
+
+def decode_mma_block(backend):
+    """Threads per block of the matrix-unit decode kernel (its waves are the backend's own)."""
+    return DECODE_MMA_WAVES * (64 if backend == "mfma" else 32)
+
+
 def flash_mma_rows():
     """Query rows per block of the matrix-unit kernel."""
     return 16 * MMA_WAVES
@@ -83,6 +97,7 @@ def entries(kt):
         if dt in MMA_DTYPES:
             for d in MMA_HEAD_DIMS:
                 yield flash_mma(dt, d), f"MLXA_SDPA_FLASH_MMA({flash_mma(dt, d)}, {ct}, {d})"
+                yield decode_mma(dt, d), f"MLXA_SDPA_DECODE_MMA({decode_mma(dt, d)}, {ct}, {d})"
         for w in WAVES:
             yield rows(dt, w), f"MLXA_SDPA_ROWS({rows(dt, w)}, {ct}, {w})"
     for kind, ct in SCATTER.items():

@@ -14,7 +14,10 @@ Four paths, tried in this order:
   full (splits from Lk and the device's CU count); the last block of a row chunk's splits
   to finish combines them (a counter in the runtime's zeroed scratch, plan.zeroed()), so a
   decode is one launch. K/V are read through their strides (a KV cache is a slice of a
-  larger buffer).
+  larger buffer). float16/bfloat16 with D in 64/80/96/128 take the matrix-unit variant
+  where the device's backend passed its self-test (the query rows of a kv head, up to 16,
+  as one tile; Q K^T and P V on the unit); the rest, the FMA kernel (4 rows a block).
+  ``MLX_AMD_SDPA_DECODE=mma|fma`` forces one (tests, A/B; plans are cached).
 * flash prefill on the matrix unit (float16/bfloat16, D == Dv in 64/80/96/128, unit last
   strides, a device whose mlxa/mma.h backend passed its first-use self-test against the
   twin: runtime/matrix_units.py): one launch, 64 query rows per block in four waves, K/V
@@ -67,6 +70,10 @@ DECODE_ROWS = 4            # query rows per decode block (the kernels' R)
 DECODE_BLOCK = 256         # mlxa::sdpa::kDecodeBlock
 DECODE_BLOCKS_PER_CU = 2   # splits fill about this many blocks per CU: 2 (what 128 registers a
                            # thread keep resident) beat 1, 3, 4, 6 at 4k and 32k keys on the H200
+DECODE_MMA_BLOCKS_PER_CU = 2   # the matrix-unit decode: 2 waves and 35 KB of stages a block; 2
+                               # beat 1, 3, 4 at 32k and 128k keys on the H100 (sdpa_decode_mma-h100.txt)
+DECODE_MMA_MIN_KEYS = 8192     # below, the FMA kernel's shorter start wins (at 4096 keys: 18 against 21 us)
+DECODE_ENV = "MLX_AMD_SDPA_DECODE"
 DECODE_MIN_KEYS = 32       # keys per split at least (fewer: the combine costs more than it saves;
                            # 128 left a 140-key llama-8b cache to 8 blocks: decode_defaults-h200.txt)
 DECODE_MAX_SPLITS = 1024
@@ -237,13 +244,39 @@ def _vec_ok(x: Layout, itemsize: int) -> bool:
     return all(st % vec == 0 for st, n in zip((b, h, s), x.shape[:3]) if n > 1)
 
 
-def decode_splits(p: Problem, device, Lk: int = None) -> tuple:
+@dataclasses.dataclass(frozen=True)
+class DecodeKernel:
+    name: str
+    rows: int             # query rows of a kv head per block
+    block: int            # threads
+    blocks_per_cu: int    # the split target
+
+
+def decode_kernel(p: Problem, device, Lk: int = None) -> DecodeKernel:
+    """The decode kernel for p on device (``Lk``: another key length than p's): the
+    matrix-unit one where it serves (16-bit dtype, its head dims, a backend matrix_units
+    trusts) from DECODE_MMA_MIN_KEYS keys, else the FMA one."""
+    t = kt.table(FAMILY)
+    force = os.environ.get(DECODE_ENV, "")
+    if force not in ("", "mma", "fma"):
+        raise ValueError(f"{DECODE_ENV}={force!r}: expected 'mma' or 'fma'")
+    Lk = p.Lk if Lk is None else Lk
+    if ((force == "mma" or (not force and Lk >= DECODE_MMA_MIN_KEYS))
+            and p.dt in t.MMA_DTYPES and p.D in t.MMA_HEAD_DIMS
+            and matrix_units.usable(FAMILY, device, p.dt, mma_selftest)):
+        return DecodeKernel(t.decode_mma(p.dt, p.D), t.DECODE_MMA_ROWS,
+                            t.decode_mma_block(matrix_units.backend(device, p.dt)), DECODE_MMA_BLOCKS_PER_CU)
+    return DecodeKernel(t.decode(p.dt, p.D, DECODE_ROWS), DECODE_ROWS, DECODE_BLOCK, DECODE_BLOCKS_PER_CU)
+
+
+def decode_splits(p: Problem, device, Lk: int = None, kern: DecodeKernel = None) -> tuple:
     """(n_splits, keys per split): enough blocks to fill the device, few enough keys
     per split left for the kernel to stream (``Lk``: another key length than p's)."""
+    kern = kern or decode_kernel(p, device, Lk)
     Lk = p.Lk if Lk is None else Lk
-    chunks = -(-(p.G * p.Lq) // DECODE_ROWS)
+    chunks = -(-(p.G * p.Lq) // kern.rows)
     base = p.B * p.Hkv * chunks
-    target = compute_units(device) * DECODE_BLOCKS_PER_CU
+    target = compute_units(device) * kern.blocks_per_cu
     splits = max(1, min(-(-target // base), Lk // DECODE_MIN_KEYS, DECODE_MAX_SPLITS))
     if base * 4 > ZERO_BYTES:   # a split count per row chunk in the zeroed scratch (never on
         splits = 1              # a real device: more chunks than the fill target need none)
@@ -251,11 +284,12 @@ def decode_splits(p: Problem, device, Lk: int = None) -> tuple:
     return -(-Lk // kps), kps
 
 
-def decode_max_splits(p: Problem, device) -> int:
+def decode_max_splits(p: Problem, device, kern: DecodeKernel = None) -> int:
     """The most splits ``decode_splits`` gives this problem at any key length: the split
     count grows with Lk only until the blocks fill the device."""
-    chunks = -(-(p.G * p.Lq) // DECODE_ROWS)
-    target = compute_units(device) * DECODE_BLOCKS_PER_CU
+    kern = kern or decode_kernel(p, device)
+    chunks = -(-(p.G * p.Lq) // kern.rows)
+    target = compute_units(device) * kern.blocks_per_cu
     return max(1, min(-(-target // (p.B * p.Hkv * chunks)), DECODE_MAX_SPLITS))
 
 
@@ -266,13 +300,12 @@ def plan_decode(node, p: Problem, device) -> Plan | None:
         return None
     if not (_vec_ok(k, isz) and _vec_ok(v, isz)):
         return None
-    chunks = -(-(p.G * p.Lq) // DECODE_ROWS)
-    splits, kps = decode_splits(p, device)
+    kern = decode_kernel(p, device)
+    chunks = -(-(p.G * p.Lq) // kern.rows)
+    splits, kps = decode_splits(p, device, kern=kern)
     if p.Hkv > GRID_YZ or p.B > GRID_YZ or splits * chunks > INT32:
         return None
     rows = p.B * p.Hq * p.Lq
-    t = kt.table(FAMILY)
-    name = t.decode(p.dt, p.D, DECODE_ROWS)
     mask_ref, sink_ref = p.mask_ref, p.sink_ref
     temps, steps = (), []
     cap = splits
@@ -281,7 +314,7 @@ def plan_decode(node, p: Problem, device) -> Plan | None:
         # to every later decode step, none goes back to Python to be planned again (a
         # power-of-two headroom sent an LLM's SDPA nodes back at every doubling). Small: the
         # fill target bounds cap * rows (1.1 MB of partials for llama-8b on the H200)
-        cap = max(splits, decode_max_splits(p, device))
+        cap = max(splits, decode_max_splits(p, device, kern))
         temps = (cap * rows * p.D * 4, cap * rows * 2 * 4)
         po, pml, cnt = tmp(0), tmp(1), zeroed(0)
     else:
@@ -289,9 +322,9 @@ def plan_decode(node, p: Problem, device) -> Plan | None:
     tail = decode_tail(q.strides, k.strides[:3], v.strides[:3], p.mask_strides, p.sink_stride, p.B,
                        p.Hq, p.Hkv, p.Lq, p.Lk, kps, splits, p.mask_kind, p.sink_kind, p.causal,
                        p.scale * math.log2(math.e))
-    steps.append(Launch(FAMILY, name, (splits * chunks, p.Hkv, p.B), (DECODE_BLOCK, 1, 1), 0, 9, tail,
+    steps.append(Launch(FAMILY, kern.name, (splits * chunks, p.Hkv, p.B), (kern.block, 1, 1), 0, 9, tail,
                         (inp(0), inp(1), inp(2), mask_ref, sink_ref, out(0), po, pml, cnt)))
-    return Plan(tuple(steps), temps=temps, rebind=DecodeRebind(p, node.ins, device, splits, cap))
+    return Plan(tuple(steps), temps=temps, rebind=DecodeRebind(p, node.ins, device, splits, cap, kern))
 
 
 class DecodeRebind:
@@ -300,10 +333,10 @@ class DecodeRebind:
     array, whose shape follows the length; the split count stays on the same side of 1 and
     within the temporaries planned)."""
 
-    __slots__ = ("p", "ins", "device", "splits", "cap")
+    __slots__ = ("p", "ins", "device", "splits", "cap", "kern")
 
-    def __init__(self, p, ins, device, splits, cap):
-        self.p, self.ins, self.device, self.splits, self.cap = p, ins, device, splits, cap
+    def __init__(self, p, ins, device, splits, cap, kern):
+        self.p, self.ins, self.device, self.splits, self.cap, self.kern = p, ins, device, splits, cap, kern
 
     def __call__(self, shapes, strides):
         p, ins = self.p, self.ins
@@ -323,10 +356,12 @@ class DecodeRebind:
                 return None
         if Lk < 1 or (Lk > 1) != (k.shape[2] > 1) or Lk > INT32:
             return None                   # (_vec_ok skips unit dims)
-        splits, kps = decode_splits(p, self.device, Lk)
+        if decode_kernel(p, self.device, Lk) != self.kern:
+            return None                   # the other kernel from here on: planned once more
+        splits, kps = decode_splits(p, self.device, Lk, self.kern)
         if (splits > 1) != (self.splits > 1) or splits > self.cap:
             return None
-        chunks = -(-(p.G * p.Lq) // DECODE_ROWS)
+        chunks = -(-(p.G * p.Lq) // self.kern.rows)
         tail = decode_tail(q.strides, k.strides[:3], v.strides[:3], p.mask_strides, p.sink_stride, p.B,
                            p.Hq, p.Hkv, p.Lq, Lk, kps, splits, p.mask_kind, p.sink_kind, p.causal,
                            p.scale * math.log2(math.e))
@@ -430,7 +465,37 @@ def mma_selftest(rt, dt: str) -> tuple:
                                              ol.size, dt, SELFTEST_TOL[dt], SELFTEST_PERTURB, f"head dim {D}")
         if not ok:
             return ok, why
+        ok, why = _decode_selftest(rt, dt, D, rng)
+        if not ok:
+            return ok, why
     return True, ""
+
+
+# the decode kernels' self-test: 12 query heads on one kv head (a 16-row tile, partly filled),
+# causal, a partial last stage; one split (the split combine is shared by both kernels)
+DECODE_SELFTEST_SHAPE = (1, 12, 1, 1, 150)    # B, Hq, Hkv, Lq, Lk
+
+
+def _decode_selftest(rt, dt: str, D: int, rng) -> tuple:
+    import numpy as np
+
+    t = kt.table(FAMILY)
+    B, Hq, Hkv, Lq, Lk = DECODE_SELFTEST_SHAPE
+    ins = [rng.standard_normal(s).astype(np.float32) for s in ((B, Hq, Lq, D), (B, Hkv, Lk, D), (B, Hkv, Lk, D))]
+    lays = tuple(Layout.row_major(x.shape, dt) for x in ins)
+    ol = Layout.row_major((B, Hq, Lq, D), dt)
+    p = problem(Node("mlx_amd::SDPA", (1.0 / math.sqrt(D), "causal", False), lays, (ol,)))
+    tail = decode_tail(lays[0].strides, lays[1].strides[:3], lays[2].strides[:3], p.mask_strides, p.sink_stride,
+                       B, Hq, Hkv, Lq, Lk, Lk, 1, p.mask_kind, p.sink_kind, p.causal, p.scale * math.log2(math.e))
+
+    def launch(name, rows, block):
+        return Launch(FAMILY, name, (-(-(p.G * Lq) // rows), Hkv, B), (block, 1, 1), 0, 9, tail, None)
+
+    steps = {"mma": launch(t.decode_mma(dt, D), t.DECODE_MMA_ROWS, t.decode_mma_block(matrix_units.backend(rt.props, dt))),
+             "twin": launch(t.decode(dt, D, DECODE_ROWS), DECODE_ROWS, DECODE_BLOCK)}
+    return matrix_units.compare_twins(rt, [matrix_units.to16(x, dt) for x in ins], steps,
+                                      lambda i, o: (i[0], i[1], i[2], i[0], i[0], o, o, o, o),
+                                      ol.size, dt, SELFTEST_TOL[dt], SELFTEST_PERTURB, f"decode, head dim {D}")
 
 
 # ---- GEMM prefill -------------------------------------------------------------------------
