@@ -111,17 +111,23 @@ DECODE = [
 ]
 
 
-@pytest.fixture(params=["mma", "fma"])
-def decode_path(request, monkeypatch, gpu_runtime):
-    """The matrix-unit decode kernel (where it serves: float16/bfloat16, head dims 64-128) or
-    the FMA kernel: plans and recordings are cached, so both are dropped around the test."""
-    monkeypatch.setenv("MLX_AMD_SDPA_DECODE", request.param)
-    ev = gpu_runtime.evaluator
+def _forced(env, request, monkeypatch, rt):
+    """``env`` set to the fixture's parameter; plans and recordings are cached, so both are
+    dropped around the test."""
+    monkeypatch.setenv(env, request.param)
+    ev = rt.evaluator
     ev.plans.clear()
     ev.drop_programs()
     yield request.param
     ev.plans.clear()
     ev.drop_programs()
+
+
+@pytest.fixture(params=["mma", "fma"])
+def decode_path(request, monkeypatch, gpu_runtime):
+    """The matrix-unit decode kernel (where it serves: float16/bfloat16, head dims 64-128) or
+    the FMA kernel."""
+    yield from _forced("MLX_AMD_SDPA_DECODE", request, monkeypatch, gpu_runtime)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
@@ -151,14 +157,8 @@ PREFILL = [
 @pytest.fixture(params=["mma", "flash", "gemm"])
 def prefill_path(request, monkeypatch, gpu_runtime):
     """The matrix-unit flash kernel, the portable flash kernel (each where it serves) or the
-    GEMM path: plans and recordings are cached, so both are dropped around the test."""
-    monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", request.param)
-    ev = gpu_runtime.evaluator
-    ev.plans.clear()
-    ev.drop_programs()
-    yield request.param
-    ev.plans.clear()
-    ev.drop_programs()
+    GEMM path."""
+    yield from _forced("MLX_AMD_SDPA_PREFILL", request, monkeypatch, gpu_runtime)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
