@@ -250,23 +250,33 @@ class DecodeKernel:
     rows: int             # query rows of a kv head per block
     block: int            # threads
     blocks_per_cu: int    # the split target
+    matrix_unit: bool     # sdpa_decode_mma (else the FMA kernel)
+
+
+def _decode_force() -> str:
+    force = os.environ.get(DECODE_ENV, "")
+    if force not in ("", "mma", "fma"):
+        raise ValueError(f"{DECODE_ENV}={force!r}: expected 'mma' or 'fma'")
+    return force
+
+
+def _decode_mma_serves(p: Problem, device) -> bool:
+    """The matrix-unit decode kernel exists for p (16-bit dtype, its head dims) and the
+    device's backend is trusted (matrix_units)."""
+    t = kt.table(FAMILY)
+    return p.dt in t.MMA_DTYPES and p.D in t.MMA_HEAD_DIMS and matrix_units.usable(FAMILY, device, p.dt, mma_selftest)
 
 
 def decode_kernel(p: Problem, device, Lk: int = None) -> DecodeKernel:
     """The decode kernel for p on device (``Lk``: another key length than p's): the
-    matrix-unit one where it serves (16-bit dtype, its head dims, a backend matrix_units
-    trusts) from DECODE_MMA_MIN_KEYS keys, else the FMA one."""
+    matrix-unit one where it serves from DECODE_MMA_MIN_KEYS keys, else the FMA one."""
     t = kt.table(FAMILY)
-    force = os.environ.get(DECODE_ENV, "")
-    if force not in ("", "mma", "fma"):
-        raise ValueError(f"{DECODE_ENV}={force!r}: expected 'mma' or 'fma'")
+    force = _decode_force()
     Lk = p.Lk if Lk is None else Lk
-    if ((force == "mma" or (not force and Lk >= DECODE_MMA_MIN_KEYS))
-            and p.dt in t.MMA_DTYPES and p.D in t.MMA_HEAD_DIMS
-            and matrix_units.usable(FAMILY, device, p.dt, mma_selftest)):
+    if (force == "mma" or (not force and Lk >= DECODE_MMA_MIN_KEYS)) and _decode_mma_serves(p, device):
         return DecodeKernel(t.decode_mma(p.dt, p.D), t.DECODE_MMA_ROWS,
-                            t.decode_mma_block(matrix_units.backend(device, p.dt)), DECODE_MMA_BLOCKS_PER_CU)
-    return DecodeKernel(t.decode(p.dt, p.D, DECODE_ROWS), DECODE_ROWS, DECODE_BLOCK, DECODE_BLOCKS_PER_CU)
+                            t.decode_mma_block(matrix_units.backend(device, p.dt)), DECODE_MMA_BLOCKS_PER_CU, True)
+    return DecodeKernel(t.decode(p.dt, p.D, DECODE_ROWS), DECODE_ROWS, DECODE_BLOCK, DECODE_BLOCKS_PER_CU, False)
 
 
 def decode_splits(p: Problem, device, Lk: int = None, kern: DecodeKernel = None) -> tuple:
@@ -333,10 +343,14 @@ class DecodeRebind:
     array, whose shape follows the length; the split count stays on the same side of 1 and
     within the temporaries planned)."""
 
-    __slots__ = ("p", "ins", "device", "splits", "cap", "kern")
+    __slots__ = ("p", "ins", "device", "splits", "cap", "kern", "switch", "mma")
 
     def __init__(self, p, ins, device, splits, cap, kern):
         self.p, self.ins, self.device, self.splits, self.cap, self.kern = p, ins, device, splits, cap, kern
+        # the key length where decode_kernel changes its choice (None: never), decided once:
+        # a replay calls this for every SDPA node of every step
+        self.switch = DECODE_MMA_MIN_KEYS if not _decode_force() and _decode_mma_serves(p, device) else None
+        self.mma = kern.matrix_unit
 
     def __call__(self, shapes, strides):
         p, ins = self.p, self.ins
@@ -356,7 +370,7 @@ class DecodeRebind:
                 return None
         if Lk < 1 or (Lk > 1) != (k.shape[2] > 1) or Lk > INT32:
             return None                   # (_vec_ok skips unit dims)
-        if decode_kernel(p, self.device, Lk) != self.kern:
+        if self.switch is not None and (Lk >= self.switch) != self.mma:
             return None                   # the other kernel from here on: planned once more
         splits, kps = decode_splits(p, self.device, Lk, self.kern)
         if (splits > 1) != (self.splits > 1) or splits > self.cap:
