@@ -343,14 +343,13 @@ class DecodeRebind:
     array, whose shape follows the length; the split count stays on the same side of 1 and
     within the temporaries planned)."""
 
-    __slots__ = ("p", "ins", "device", "splits", "cap", "kern", "switch", "mma")
+    __slots__ = ("p", "ins", "device", "splits", "cap", "kern", "switch")
 
     def __init__(self, p, ins, device, splits, cap, kern):
         self.p, self.ins, self.device, self.splits, self.cap, self.kern = p, ins, device, splits, cap, kern
         # the key length where decode_kernel changes its choice (None: never), decided once:
-        # a replay calls this for every SDPA node of every step
+        # a replay asks this at every decode step
         self.switch = DECODE_MMA_MIN_KEYS if not _decode_force() and _decode_mma_serves(p, device) else None
-        self.mma = kern.matrix_unit
 
     def __call__(self, shapes, strides):
         p, ins = self.p, self.ins
@@ -370,7 +369,7 @@ class DecodeRebind:
                 return None
         if Lk < 1 or (Lk > 1) != (k.shape[2] > 1) or Lk > INT32:
             return None                   # (_vec_ok skips unit dims)
-        if self.switch is not None and (Lk >= self.switch) != self.mma:
+        if self.switch is not None and (Lk >= self.switch) != self.kern.matrix_unit:
             return None                   # the other kernel from here on: planned once more
         splits, kps = decode_splits(p, self.device, Lk, self.kern)
         if (splits > 1) != (self.splits > 1) or splits > self.cap:
