@@ -5,7 +5,8 @@
 A chain of tiny elementwise ops (~1k and ~10k graph nodes, half of them kernel launches,
 half Broadcast views of fresh scalar constants; kernel time negligible), evaluated
   * steady state: the same graph structure again (a decode or training step): the
-    recorded program replays from native code;
+    recorded program replays from native code (its launches as CUDA graph segments where
+    graphs are on; also timed as one graph per replay, the way before session 24);
   * the same with replay switched off (the node-by-node path), for before/after;
   * first sighting: a graph structure not seen before (node plans may be cached);
   * steady state with the multiplier's value new each evaluation: every multiply kernel gets
@@ -46,12 +47,16 @@ def time_eval(n, evaluate, reps, fresh=False, moving=False):
     x = mx.array(np.ones(16, np.float32))
     mx.eval(x)
     ts, nodes = [], 0
-    for r in range(reps + 2):
+    # warm-up: two sightings record the structure, graph_after() replays launch eagerly, the
+    # next builds the graphs; only then is a replay the steady state (before session 24 the
+    # 10k-op rows timed 5 evaluations after two, so their median was an eager replay)
+    warm = 3 + bridge.graph_after()
+    for r in range(reps + warm):
         y = chain(x, n, variant=r if fresh else -1, scale=1.0001 + (r * 1e-6 if moving else 0.0))
         nodes = len(bridge.Graph([y]))
         t = time.perf_counter()
         evaluate(y)
-        if r >= 2:                      # two sightings record the structure
+        if r >= warm:
             ts.append(time.perf_counter() - t)
     return statistics.median(ts), nodes
 
@@ -109,6 +114,16 @@ def main():
         finally:
             ev.graphs = graphs
         driver_launch = _driver_launch(ev, launches)
+        one = None
+        if ev.graphs:   # the steady state as one graph per replay (before session 24's segments)
+            segments = bridge.graph_segments()
+            ev.drop_programs()
+            bridge.set_graph_segments(1 << 30, 1 << 30)
+            try:
+                one, _ = time_eval(n, mx.eval, reps)
+            finally:
+                bridge.set_graph_segments(*segments)
+                ev.drop_programs()
         first, _ = time_eval(n, mx.eval, reps, fresh=True)
         moving, _ = time_eval(n, mx.eval, reps, moving=True)
         ref, _ = time_eval(n, mlx_eval, reps)
@@ -127,6 +142,11 @@ def main():
               "same graphs, replay off (node-by-node path), same run", us(off), higher_is_better=False)
         b.row(f"eval overhead {nodes} nodes steady vs MLX CPU eval", us(ours), "us/node",
               "MLX 0.32.4 CPU evaluation of the same graph", us(ref), higher_is_better=False)
+        if one is not None:
+            print(f"  steady as one graph per replay: {us(one):.2f} us/node")
+            b.row(f"eval overhead {nodes} nodes steady (replay), graph segments", us(ours), "us/node",
+                  "the same replays as one graph each (launched once every launch is collected), same run",
+                  us(one), higher_is_better=False)
         per_launch = eager / launches * 1e6
         print(f"  eager replay: {us(eager):.2f} us/node, {per_launch:.2f} us per launched node "
               f"({launches} launches), the driver's own launch {driver_launch * 1e6:.2f} us: "

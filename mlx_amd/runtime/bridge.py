@@ -15,7 +15,8 @@ API (see ``src/bridge/graph.h``):
   Program(fp, n)        a recorded evaluation of one graph structure
   ConstCache()          device copies of small constant leaves by their bytes (replay.h)
   Pool, Outputs         the pools' native bookkeeping, a replay's fresh outputs (src/bridge/pool.h)
-  set_graph_api(), graph_stats(), graph_api_shutdown(), set_graph_after(), graph_after()
+  set_graph_api(), graph_stats(), graph_api_shutdown(), set_graph_after(), graph_after(),
+  set_graph_segments(), graph_segments()
                         replayed launches as CUDA/HIP graphs (src/bridge/graphexec.h)
   launch(), launch_refs(), launch_repeat()  a kernel launch (or many) through the driver entry point
   drain_freed()         tokens of attached buffers MLX let go of since the last call
@@ -106,6 +107,9 @@ graph_api_shutdown = _bridge.graph_api_shutdown
 graph_stats = _bridge.graph_stats
 set_graph_after = _bridge.set_graph_after
 graph_after = _bridge.graph_after
+set_graph_segments = _bridge.set_graph_segments
+graph_segments = _bridge.graph_segments
 
 __all__ = ["Graph", "versions", "probe", "buffer_info", "drain_freed", "live", "expired", "launch", "launch_repeat", "launch_refs", "Program", "ConstCache", "Pool", "Outputs", "set_graph_api", "graph_api_shutdown", "graph_stats", "set_graph_after", "graph_after",
+           "set_graph_segments", "graph_segments",
            "check_versions", "check_abi", "MLX_VERSION"]

@@ -47,6 +47,9 @@ from .plan import Memset as _Memset
 
 MAX_PLANS = 8192   # node plans kept (decode steps make a new one per KV length)
 GRAPH_AFTER = 2    # eager replays of a program before its graph (MLX_AMD_GRAPH_AFTER)
+# launches in a replay's first graph segment, and the most in one (MLX_AMD_GRAPH_SEGMENTS=first,most):
+# the GPU starts on a segment while the host collects the next (src/bridge/graphexec.h)
+GRAPH_SEGMENTS = (256, 2048)
 
 # primitive class name -> family launcher module, built once from the launchers' own tables
 DISPATCH = dispatch_table()
@@ -219,6 +222,13 @@ class Evaluator:
         if not after.isdigit():
             raise ValueError(f"MLX_AMD_GRAPH_AFTER={after!r}: expected a count of replays >= 0")
         _bridge.set_graph_after(int(after))
+        seg = os.environ.get("MLX_AMD_GRAPH_SEGMENTS", "").strip()
+        try:
+            first, most = (int(v) for v in seg.split(",")) if seg else GRAPH_SEGMENTS
+            _bridge.set_graph_segments(first, most)
+        except ValueError:
+            raise ValueError(f"MLX_AMD_GRAPH_SEGMENTS={seg!r}: expected 'first,most', two launch "
+                             "counts with 1 <= first <= most") from None
         # What an eval with nothing left to run waits for: "arrays" (the default: only their
         # own queued work, as MLX does; mlx-lm reads token n right after queuing step n + 1,
         # which then need not finish first) or "stream" (everything queued). With graphs the

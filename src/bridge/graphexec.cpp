@@ -67,7 +67,7 @@ struct Packed {
   }
 };
 
-int build(GraphState& s, const std::vector<LaunchRec>& recs, intptr_t param_end) {
+int build(GraphSegment& s, const std::vector<LaunchRec>& recs, intptr_t param_end) {
   auto& a = api();
   void* g = nullptr;
   if (int st = a.create(&g, 0)) return st;
@@ -97,7 +97,7 @@ bool LaunchRec::same_as(const LaunchRec& o) const {
          args == o.args;
 }
 
-void GraphState::release() {
+void GraphSegment::release() {
   auto& a = api();
   if (a.alive) {
     if (exec) a.exec_destroy(reinterpret_cast<void*>(exec));
@@ -108,17 +108,38 @@ void GraphState::release() {
   current.clear();
 }
 
-GraphState::~GraphState() { release(); }
+GraphSegment::~GraphSegment() { release(); }
+
+void GraphState::release() { segments.clear(); }
+
+bool GraphState::has_graph() const {
+  for (auto& s : segments) {
+    if (s->exec) return true;
+  }
+  return false;
+}
+
+GraphSegment& GraphState::segment(size_t k) {
+  while (segments.size() <= k) segments.push_back(std::make_unique<GraphSegment>());
+  return *segments[k];
+}
 
 namespace {
 int g_graph_after = 0;
+size_t g_segment_first = 256, g_segment_most = 2048;
 }
 
 int graph_after() { return g_graph_after; }
 
+size_t segment_launches(size_t k) {
+  size_t n = g_segment_first;
+  while (k-- > 0 && n < g_segment_most) n *= 2;
+  return n < g_segment_most ? n : g_segment_most;
+}
+
 bool GraphState::wanted() {
   if (off) return false;
-  if (exec != 0 || eager_replays >= g_graph_after) return true;
+  if (has_graph() || eager_replays >= g_graph_after) return true;
   ++eager_replays;
   return false;
 }
@@ -139,17 +160,18 @@ int launch_eager(const std::vector<LaunchRec>& recs, size_t from, uintptr_t entr
   return 0;
 }
 
-int graph_run(GraphState& s, std::vector<LaunchRec>& recs, uintptr_t entry,
+int graph_run(GraphState& state, size_t k, std::vector<LaunchRec>& recs, uintptr_t entry,
               intptr_t param_end, uintptr_t stream, const char** what) {
   auto& a = api();
   auto& c = counters();
+  GraphSegment& s = state.segment(k);
   auto eager = [&]() {
     ++c.eager;
     size_t failed = 0;
     *what = "kernel launch";
     return launch_eager(recs, 0, entry, param_end, stream, &failed);
   };
-  if (s.off || recs.empty()) return eager();
+  if (state.off || s.off || recs.empty()) return eager();
   bool same = s.exec != 0 && s.current.size() == recs.size();
   for (size_t i = 0; same && i < recs.size(); ++i) same = s.current[i].function == recs[i].function;
   if (!same) {
@@ -164,8 +186,8 @@ int graph_run(GraphState& s, std::vector<LaunchRec>& recs, uintptr_t entry,
     c.build_ns += now_ns() - t0;
     if (failed) {
       ++c.failures;
-      s.release();
-      s.off = true;
+      state.release();
+      state.off = true;
       return eager();
     }
     ++c.builds;
@@ -183,9 +205,9 @@ int graph_run(GraphState& s, std::vector<LaunchRec>& recs, uintptr_t entry,
       Packed p(recs[i], param_end);
       if (a.set_params(reinterpret_cast<void*>(s.exec), reinterpret_cast<void*>(s.nodes[i]),
                        p.bytes.data())) {
-        ++c.failures;   // the graph no longer matches its records: drop it
-        s.release();
-        s.off = true;
+        ++c.failures;   // the graph no longer matches its records: drop them all
+        state.release();
+        state.off = true;
         return eager();
       }
       ++c.updates;
@@ -239,6 +261,13 @@ void register_graphexec(nb::module_& m) {
     g_graph_after = n;
   }, "n"_a, "replays of a program that launch eagerly before it is built into a graph");
   m.def("graph_after", &graph_after);
+  m.def("set_graph_segments", [](size_t first, size_t most) {
+    if (first < 1 || most < first) throw nb::value_error("set_graph_segments: expected 1 <= first <= most");
+    g_segment_first = first;
+    g_segment_most = most;
+  }, "first"_a, "most"_a,
+  "launches in a program's first graph segment; each next one doubles, up to `most`");
+  m.def("graph_segments", []() { return nb::make_tuple(g_segment_first, g_segment_most); });
   m.def("graph_stats", []() {
     auto& c = counters();
     nb::dict d;

@@ -179,7 +179,12 @@ NB_MODULE(_bridge, m) {
       .def("clear_leaves", &mlx_amd::Program::clear_leaves)
       .def_prop_ro("cached_leaves", &mlx_amd::Program::cached_leaves)
       .def("release_graph", [](mlx_amd::Program& p) { p.graph().release(); },
-           "destroy its CUDA/HIP graph now (the program stays usable)")
-      .def_prop_ro("has_graph", [](mlx_amd::Program& p) { return p.graph().exec != 0; })
+           "destroy its CUDA/HIP graphs now (the program stays usable)")
+      .def_prop_ro("has_graph", [](mlx_amd::Program& p) { return p.graph().has_graph(); })
+      .def_prop_ro("graph_segments", [](mlx_amd::Program& p) {
+        size_t n = 0;
+        for (auto& s : p.graph().segments) n += s->exec != 0;
+        return n;
+      }, "its graph segments that hold a graph now")
       .def_prop_ro("graph_off", [](mlx_amd::Program& p) { return p.graph().off; });
 }

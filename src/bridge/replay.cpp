@@ -422,11 +422,13 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     *out = *d + static_cast<uintptr_t>(a.offset());
     return true;
   };
-  // With graphs, launches are collected and issued at the end as the program's graph;
-  // anything that must run in order with them on the host side (a callback, a node in
-  // Python) first issues what was collected, and the rest of this replay goes eagerly.
+  // With graphs, launches are collected and issued segment by segment as the program's
+  // graphs (graphexec.h); anything that must run in order with them on the host side (a
+  // callback, a node in Python) first issues what was collected, and the rest of this
+  // replay goes eagerly.
   graphs = graphs && graph_api_ready() && prog.graph().wanted();
   std::vector<LaunchRec> pending;
+  size_t segment = 0, segment_end = graphs ? segment_launches(0) : 0;
   auto report = [&](int64_t n, int status, const LaunchRec& r) {
     error_cb(n, status, r.function, nb::make_tuple(r.grid[0], r.grid[1], r.grid[2]),
              nb::make_tuple(r.block[0], r.block[1], r.block[2]),
@@ -441,6 +443,19 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     pending.clear();
     graphs = false;
     if (st) report(-1, st, r);
+  };
+  auto issue_segment = [&]() {
+    const char* what = "";
+    int st = graph_run(prog.graph(), segment, pending, entry, param_end, stream, &what);
+    LaunchRec r;
+    if (st && std::string(what) == "kernel launch") r = pending[0];
+    pending.clear();
+    segment_end = segment_launches(++segment);
+    if (st) {
+      graphs = false;
+      error_cb(-1, st, r.function, nb::make_tuple(0, 0, 0), nb::make_tuple(0, 0, 0), nb::bytes("", 0), 0);
+      bad("replay: a graph launch failed and the error callback did not raise");
+    }
   };
   auto python = [&](int64_t n, bool rerecord) {
     if (graphs) issue_pending();
@@ -707,6 +722,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
         r.shared_mem = st.shared_mem;
         r.args = blob;
         pending.push_back(std::move(r));
+        if (pending.size() >= segment_end) issue_segment();
         continue;
       }
       size_t size = blob.size();
@@ -732,16 +748,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     launch_eager(pending, 0, entry, param_end, stream, &failed);
     throw;
   }
-  if (graphs && !pending.empty()) {
-    const char* what = "";
-    int st = graph_run(prog.graph(), pending, entry, param_end, stream, &what);
-    if (st) {
-      LaunchRec r;
-      if (std::string(what) == "kernel launch") r = pending[0];
-      error_cb(-1, st, r.function, nb::make_tuple(0, 0, 0), nb::make_tuple(0, 0, 0), nb::bytes("", 0), 0);
-      bad("replay: a graph launch failed and the error callback did not raise");
-    }
-  }
+  if (graphs && !pending.empty()) issue_segment();
   return nb::make_tuple(written, python_nodes);
 }
 

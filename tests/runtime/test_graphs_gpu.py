@@ -67,3 +67,45 @@ def test_decode_with_the_default_graph_policy_matches_eager(gpu_runtime, monkeyp
     finally:
         bridge.set_graph_after(before)
     assert runs[True] == runs[False]
+
+
+def test_graph_segments_compute_what_eager_launches_compute(gpu_runtime, monkeypatch):
+    # small segments (3, then at most 7 launches): a replay's ~40 launches become several
+    # graphs, each built once and then updated in place with new inputs and buffers; every
+    # result bitwise what kernel-by-kernel launches give
+    import numpy as np
+
+    ev = gpu_runtime.evaluator
+    before = bridge.graph_segments()
+    bridge.set_graph_segments(3, 7)
+
+    def f(x):
+        for k in range(8):
+            x = mx.maximum(mx.sin(x * (1.0 + k)) + x, -x * 0.25)
+            x = x - mx.mean(x, axis=-1, keepdims=True)
+        return mx.softmax(x, axis=-1), mx.sum(x, axis=0)
+
+    rng = np.random.default_rng(7)
+    inputs = [rng.standard_normal((16, 300)).astype(np.float32) for _ in range(6)]
+    got = {}
+    try:
+        for mode in (False, True):
+            monkeypatch.setattr(ev, "graphs", mode)
+            ev.drop_programs()
+            s0 = bridge.graph_stats()
+            got[mode] = []
+            for v in inputs:    # recorded at the 2nd sighting, replayed from the 3rd
+                outs = f(mx.array(v))
+                mx.eval(*outs)
+                got[mode].append([np.array(o) for o in outs])
+            s1 = bridge.graph_stats()
+            if mode:
+                progs = [p.program for p in ev.programs.values()]
+                assert progs and max(p.graph_segments for p in progs) >= 4
+                assert s1["node_updates"] > s0["node_updates"] and s1["failures"] == s0["failures"]
+                assert s1["launches"] - s0["launches"] >= 4 * 3      # replays 3 to 6, 4+ segments each
+    finally:
+        bridge.set_graph_segments(*before)
+    for a, b in zip(got[False], got[True]):
+        for x, y in zip(a, b):
+            assert np.array_equal(x, y)

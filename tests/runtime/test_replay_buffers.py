@@ -2,8 +2,8 @@
 every node takes the GPU path, launches are no-ops, values are garbage) replays from native
 code, so the bookkeeping can be checked here: fresh outputs come from the native pools, the
 ones MLX drops are recycled natively, the survivors get residency records, and nothing leaks
-across many steps; with a counting graph API, replays launch one graph each, updating only
-the kernel nodes whose arguments changed."""
+across many steps; with a counting graph API, replays launch their graph segments, updating
+only the kernel nodes whose arguments changed."""
 
 import ctypes
 import os
@@ -190,6 +190,44 @@ def test_replays_launch_as_graphs_and_update_changed_nodes(null_runtime):
     assert all(p.program.has_graph for p in ev.programs.values())
     ev.drop_programs()
     assert not ev.programs
+
+
+def test_long_replays_launch_in_growing_graph_segments(null_runtime):
+    # a replay hands its launches over segment by segment (3, 6, 6, ... here), so the GPU starts
+    # while the host still collects; each segment is a graph of its own, updated in place
+    from profile_engine import null_counts, null_graph_api
+
+    from mlx_amd.runtime import bridge
+
+    ev = null_runtime.evaluator
+    bridge.set_graph_api(*null_graph_api(ev.native))
+    ev.graphs = True
+    before = bridge.graph_segments()
+    bridge.set_graph_segments(3, 6)
+    try:
+        x = mx.array(np.ones((8, 64), np.float32))
+        c = mx.array(np.float32(1.5))
+        ev.eval([x, c])
+        held, launched = [], []
+        for _ in range(7):
+            outs = step(x, c)
+            n0 = null_counts(ev.native)
+            ev.eval(list(outs))
+            n1 = null_counts(ev.native)
+            launched.append((n1["graph_launches"] - n0["graph_launches"], n1["launches"] - n0["launches"]))
+            held.append(outs)
+            if len(held) > 2:
+                held.pop(0)
+        kernels = launched[0][1]                          # a sighting: every kernel on its own
+        segments = 1 + (kernels - 3 + 5) // 6             # 3, then 6 at most
+        assert kernels > 9 and launched[-1] == (segments, 0), launched
+        (prog,) = ev.programs.values()
+        assert prog.program.graph_segments == segments
+        with pytest.raises(ValueError, match="first <= most"):
+            bridge.set_graph_segments(4, 2)
+    finally:
+        bridge.set_graph_segments(*before)
+        ev.drop_programs()
 
 
 def test_graph_after_keeps_a_program_eager_for_its_first_replays(null_runtime):
