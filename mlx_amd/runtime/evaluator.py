@@ -504,11 +504,24 @@ class Evaluator:
         nodes = g.nodes
         groups = self._sibling_groups(g, nodes) if SIBLINGS and self.gpu else None
         self._sibs = groups + (set(),) if groups else None
+        node, run_views, i, end = self._node, g.run_views, 0, len(nodes)
         try:
-            for i, (prim, params, ins, outs) in enumerate(nodes):
-                self._node(g, metas, i, prim, params, ins, outs, prog)
+            while i < end:
+                prim, params, ins, outs = nodes[i]
+                if prim in VIEW_PRIMITIVES:   # this view and the ones after it, natively
+                    j, freed = run_views(i, prog)
+                    if freed:
+                        _route_freed(freed)
+                    if j > i:
+                        i = j
+                        continue
+                node(g, metas, i, prim, params, ins, outs, prog)
+                i += 1
         finally:
             self._leaf_consts, self._sibs = saved
+            by_prim = self.stats.by_prim
+            for name, c in g.view_counts():
+                by_prim[name]["view"] += c
         if prog is not None:
             self._keep(prog)
 

@@ -418,6 +418,34 @@ nb::object Graph::view_node(int64_t n, Program* prog) {
   return nb::bool_(true);
 }
 
+nb::tuple Graph::run_views(int64_t from, Program* prog) {
+  if (from < 0 || from > static_cast<int64_t>(nodes_.size())) node_at(from, "run_views");
+  auto n = static_cast<size_t>(from);
+  for (; n < nodes_.size(); ++n) {
+    auto& node = nodes_[n];
+    if (node.finished || node.prim->view == ViewKind::None || !try_view(static_cast<int64_t>(n))) break;
+    if (prog != nullptr) record(*prog, static_cast<int64_t>(n), 1);
+    finish(static_cast<int64_t>(n));
+    // a run is mostly one or two primitive kinds: the last entries are the likely ones
+    auto it = std::find_if(view_counts_.rbegin(), view_counts_.rend(),
+                           [&](const auto& e) { return e.first == node.prim; });
+    if (it != view_counts_.rend()) {
+      ++it->second;
+    } else {
+      view_counts_.emplace_back(node.prim, 1);
+    }
+  }
+  nb::object freed = any_freed() ? nb::cast(drain_freed()) : nb::none();
+  return nb::make_tuple(static_cast<int64_t>(n), std::move(freed));
+}
+
+nb::list Graph::view_counts() {
+  nb::list out;
+  for (auto& [prim, c] : view_counts_) out.append(nb::make_tuple(prim->name, c));
+  view_counts_.clear();
+  return out;
+}
+
 void Graph::attach(int64_t slot, uintptr_t host_ptr, int64_t token) {
   auto& a = writable(slot, "attach");
   a.set_data(make_foreign_data(host_ptr, a.nbytes(), token));

@@ -34,6 +34,12 @@ class Graph {
   // try_view, record (with a program) and finish in one call: False when MLX would copy
   // (nothing done), else True or the freed tokens (drain_freed).
   nb::object view_node(int64_t node, Program* prog);
+  // view_node for node `from` and the nodes after it, until a node that is no view, one MLX
+  // would copy, or one already finished (Python takes that one): (its index, freed tokens
+  // or None). A first sighting's views (half its nodes) cost ~1 us each through Python.
+  nb::tuple run_views(int64_t from, Program* prog);
+  // views run_views made, per primitive name, since the last call
+  nb::list view_counts();
   void attach(int64_t slot, uintptr_t host_ptr, int64_t token);
   void view(int64_t out_slot, int64_t in_slot, const mx::Strides& strides,
             int64_t offset_elems);
@@ -108,6 +114,7 @@ class Graph {
   std::vector<Slot> slots_;
   std::vector<Node> nodes_;
   std::vector<uint32_t> outputs_;
+  std::vector<std::pair<const PrimInfo*, int64_t>> view_counts_;
   nb::object nodes_cache_, arrays_cache_;
   uint64_t fingerprint_ = 0;
 };

@@ -97,6 +97,10 @@ NB_MODULE(_bridge, m) {
            "(key bytes, [info(s)], [itemsize] per input) of a node; None when an input has no data")
       .def("view_node", &Graph::view_node, "node"_a, "program"_a.none() = nb::none(),
            "try_view, record as a view and finish: False (nothing done), True, or freed tokens")
+      .def("run_views", &Graph::run_views, "node"_a, "program"_a.none() = nb::none(),
+           "view_node from `node` on while nodes are views MLX would not copy and not finished: "
+           "(index of the first node left, freed tokens or None)")
+      .def("view_counts", &Graph::view_counts, "[(primitive, views run_views made)] since the last call")
       .def("attach", &Graph::attach, "slot"_a, "host_ptr"_a, "token"_a)
       .def("view",
            [](Graph& g, int64_t out, int64_t in, const std::vector<int64_t>& st,

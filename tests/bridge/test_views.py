@@ -275,3 +275,26 @@ def test_views_inside_a_larger_graph():
     paths = evaluate(out, HostArena())
     assert sum(p == "view" for _, p in paths) >= 5
     np.testing.assert_allclose(np.array(out[0]), np.array(ref[0]), rtol=1e-6)
+
+
+def test_run_views_runs_a_stretch_of_views_and_stops_where_python_must_take_over():
+    x = _base("plain")
+    # views 0-2, then a copy MLX must make (reshape of a transpose), then exp
+    t = x.reshape(6, 4)[1:5].T           # Reshape, Slice, Transpose: views
+    out = mx.exp(t.reshape(16))          # Reshape of a transposed input: MLX copies
+    g = bridge.Graph([out])
+    names = [n[0] for n in g.nodes]
+    assert names == ["Reshape", "Slice", "Transpose", "Reshape", "Exp"], names
+    stop, _ = g.run_views(0)            # (freed tokens: process-wide, other tests' too)
+    assert stop == 3
+    assert sorted(g.view_counts()) == [("Reshape", 1), ("Slice", 1), ("Transpose", 1)]
+    assert g.view_counts() == []          # counted once
+    assert g.run_views(3)[0] == 3         # a copy: nothing done, Python's node
+    assert g.run_views(4)[0] == 4         # not a view
+    assert g.info(g.outputs[0]) is None
+    ref = x.reshape(6, 4)[1:5].T         # MLX's own view of the same
+    mx.eval(ref)
+    assert layout(g.info(g.nodes[2][3][0])) == layout(bridge.buffer_info(ref))
+    with pytest.raises(Exception, match="run_views"):
+        g.run_views(9)
+    g.release()
