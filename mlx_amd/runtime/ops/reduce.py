@@ -42,8 +42,13 @@ _MAX_SPLITS = 1024
 _COL_THREADS = 256
 # Tuning knobs (tools/reduce_variants.py sweeps them on a GPU):
 # a row reduction whose row needs more than 8 waves takes a block of ROW_BLOCK threads
-# (rows over 16384 16-byte units: 512);
+# (rows over 16384 16-byte units: 512, and up to FEW_LONG_ROWS of them FEW_ROWS_BLOCK, which
+# also doubles their split count: H100, session 24, sum of one f32 row of 2^28 2882 -> 3042 GB/s
+# (torch.sum 3060), bf16 2799 -> 2926, 8 rows of 2^24 2803 -> 2904, 16 bf16 rows of 2^22 equal,
+# but 64 rows of 2^20 2522 -> 2453 and 512 of 2^17 2702 -> 2639: tools/reduce_variants.py --few-rows);
 ROW_BLOCK = 128
+FEW_LONG_ROWS = 16
+FEW_ROWS_BLOCK = 256
 # a column reduction splits its reduced range only when its blocks fill less than this
 # share of the device's resident blocks: each split adds a second launch.
 COL_SPLIT_BELOW = 0.125
@@ -207,14 +212,15 @@ def _resident_blocks(device, block):
     return compute_units(device) * max(1, 2048 // block)
 
 
-def _group(units, W):
-    """(threads per output, block) for ``units`` parallel work items per output."""
+def _group(units, W, n_out=FEW_LONG_ROWS + 1):
+    """(threads per output, block) for ``units`` parallel work items per output, of ``n_out``
+    outputs."""
     if units <= W:
         g = min(W, _pow2ceil(max(1, units)))
         return g, 256
     if units <= 8 * W:
         return W, 256
-    b = ROW_BLOCK if units <= 16384 else max(512, ROW_BLOCK)
+    b = ROW_BLOCK if units <= 16384 else FEW_ROWS_BLOCK if n_out <= FEW_LONG_ROWS else max(512, ROW_BLOCK)
     return b, b
 
 
@@ -231,7 +237,7 @@ def _row_launch(op, kin, kout, mask, n_out, L, rs, red, kept, device, W, refs, a
         units = M * L
     else:
         units = -(-L // V) if rs == 1 else L
-    G, block = _group(units, W)
+    G, block = _group(units, W, n_out)
     per_block = block // G
     blocks = -(-n_out // per_block)
     if blocks > _I32:
