@@ -82,6 +82,16 @@ def test_strided_rows(gpu_runtime, dt):
     oracle.check_gpu(lambda a: mx.fast.rms_norm(a[1:], None, 1e-5), cube, prims=RMS)
 
 
+@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
+def test_rows_at_no_uniform_stride(gpu_runtime, dt):
+    # Gemma 3's q/k norms: (B, L, H, D) transposed to (B, H, L, D) before the norm; the rows
+    # are copied row-contiguous first (two launches), on the GPU, not MLX's CPU decomposition
+    q = rnd((2, 7, 4, 64), dt, 13)
+    w = rnd((64,), dt, 14)
+    oracle.check_gpu(lambda q, w: mx.fast.rms_norm(q.transpose(0, 2, 1, 3), w, 1e-6), q, w, prims=RMS)
+    oracle.check_gpu(lambda q, w: mx.fast.layer_norm(q.transpose(0, 2, 1, 3), w, w, 1e-5), q, w, prims=LN)
+
+
 def test_edge_values(gpu_runtime):
     x = rnd((6, 64), "float32", 10)
     x = mx.concatenate([x[:2], mx.full((1, 64), float("nan")), mx.zeros((1, 64)),

@@ -82,11 +82,14 @@ def test_norm_layouts():
     # every row the same (broadcast): one stride of 0
     x = Layout.strided((4, 32), (0, 1), "float32")
     assert nm._ARGS.unpack(nm.plan_node(rms(x, R((4, 32), "float32")), DEV32).steps[0].tail)[1] == 0
-    # not covered: strided items, rows that do not collapse, float64, int x, bad weight
+    # not covered: strided items, float64, int x, bad weight
     o = R((4, 32), "float32")
     assert nm.plan_node(rms(Layout.strided((4, 32), (1, 4), "float32"), o), DEV32) is None
-    assert nm.plan_node(rms(Layout.strided((2, 2, 32), (200, 32, 1), "float32"), R((2, 2, 32), "float32")),
-                        DEV32) is None
+    # rows that do not collapse to one stride: a row-contiguous copy into a temporary first
+    two = nm.plan_node(rms(Layout.strided((2, 2, 32), (200, 32, 1), "float32"), R((2, 2, 32), "float32")), DEV32)
+    assert [s.family for s in two.steps] == ["copy", "norm"] and two.temps == (2 * 2 * 32 * 4,)
+    assert two.steps[0].refs[1] == ("t", 0, 0) and two.steps[1].refs[0] == ("t", 0, 0)
+    assert nm._ARGS.unpack(two.steps[1].tail)[:2] == (4, 32)
     assert nm.plan_node(rms(R((4, 32), "float64"), R((4, 32), "float64")), DEV32) is None
     assert nm.plan_node(rms(R((4, 32), "int32"), R((4, 32), "float16")), DEV32) is None
     bad = Node("mlx_amd::RMSNorm", (1e-5, True), (R((4, 32), "float32"), Layout.strided((32,), (2,), "float32")),

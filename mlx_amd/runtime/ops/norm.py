@@ -4,20 +4,22 @@ layer_norm while enabled; src/bridge/fast.h) over the last axis (hip_kernels/nor
 Inputs: x, then the weight and the bias when present (both already in the output
 dtype: the bridge casts them as MLX does). Covered: x float32/float16/bfloat16 with the
 output x's dtype or float32; rows of any uniform stride (the outer dimensions collapse
-to one) whose items are contiguous; weight and bias contiguous. Anything else (float64,
-integer x, gathered rows, strided items): None, MLX's decomposition on the CPU.
+to one) whose items are contiguous, other row layouts through a row-contiguous copy first;
+weight and bias contiguous. Anything else (float64, integer x, strided items): None, MLX's
+decomposition on the CPU.
 Statistics in float32; roundings as MLX's decomposition (see norm.hip).
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import struct
 
 from .. import kernel_table as kt
 from .. import plan as _plan
 from ..launch import Launch
-from ..plan import Plan, inp, out
+from ..plan import Layout, Plan, inp, out, tmp
+from . import copy as copy_family
 from . import elementwise as ew
 
 FAMILY = "norm"
@@ -91,17 +93,24 @@ def plan_node(node, device):
         if lay.dtype != o.dtype or lay.shape != (n,) or (n > 1 and lay.strides[0] != 1):
             return None
     rs = _row_stride(x)
+    pre, temps, x_ref = (), (), inp(0)
     if rs is None:
-        return None
+        # rows at no uniform stride (Gemma 3 normalises q and k after their transpose: a
+        # (B, H, L, D) view of (B, L, H, D)): copied row-contiguous first, one launch more
+        # instead of MLX's decomposition on the CPU
+        cp = copy_family.plan("copy", (x,), Layout.row_major(x.shape, x.dtype), device)
+        if cp is None:
+            return None
+        pre, temps, x_ref, rs = (dataclasses.replace(cp, refs=(inp(0), tmp(0))),), (x.nbytes,), tmp(0), n
     wave = _plan.wave_width(device)
     layout, threads = choose(n, x.itemsize, o.itemsize, wave, rows, _plan.compute_units(device))
     name = _table().kernel(kt, layout, op, x.dtype, o.dtype, wave)
     iw = 1 if has_w else 0
     ib = 1 + has_w if has_b else 0
-    refs = (inp(0), inp(iw), inp(ib), out(0))
+    refs = (x_ref, inp(iw), inp(ib), out(0))
     flags = (1 if has_w else 0) | (2 if has_b else 0)
     tail = pack_args(rows, rs, n, flags, eps)
-    return Plan((Launch(FAMILY, name, (rows, 1, 1), (threads, 1, 1), 0, 4, tail, refs=refs),))
+    return Plan(pre + (Launch(FAMILY, name, (rows, 1, 1), (threads, 1, 1), 0, 4, tail, refs=refs),), temps=temps)
 
 
 def plan_siblings(nodes, device):
