@@ -5,6 +5,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+import mlx_amd
 from oracle import plain_mlx
 
 pytestmark = pytest.mark.gpu
@@ -59,11 +60,14 @@ def test_greedy_decode_quantized_and_moe_match_plain_mlx(gpu_runtime, shape, dty
 ])
 def test_greedy_decode_of_each_family_matches_plain_mlx(gpu_runtime, shape, bits):
     # float32 for an accurate reference (see above); 24 prompt tokens and 32 steps take Gemma 3's
-    # 16-token sliding window through its rotating cache
+    # 16-token sliding window through its rotating cache; every node on the GPU
     with plain_mlx():
         model = gen.random_model(shape, "float32", seed=3, quantize=bits)
         prompt = mx.random.randint(0, model.args.vocab_size, (24,), key=mx.random.key(2))
         ref_t, ref_lp = run(model, prompt)
+    mlx_amd.stats(reset=True)
     got_t, got_lp = run(model, prompt)
+    cpu = {p: c["cpu"] for p, c in mlx_amd.stats()["by_primitive"].items() if c.get("cpu")}
+    assert not cpu, f"{shape}: nodes on MLX's CPU fallback {cpu}"
     assert got_t == ref_t
     np.testing.assert_allclose(got_lp, ref_lp, atol=2e-3, rtol=0)
