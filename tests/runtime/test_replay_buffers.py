@@ -695,3 +695,22 @@ def test_small_constants_are_cached_by_the_bytes_they_address(null_runtime, monk
     mx.eval(mid)
     ev.eval([(x[:2] * mid).sum()])
     assert [n for batch in asked for _, _, n in batch] == [20], asked   # 12 bytes before + 8
+
+
+def test_graph_segments_come_from_the_environment(monkeypatch):
+    from profile_engine import make_runtime
+
+    from mlx_amd.runtime import bridge, context
+
+    saved_rt, saved = context._runtime, bridge.graph_segments()
+    try:
+        monkeypatch.setenv("MLX_AMD_GRAPH_SEGMENTS", "300,5000")
+        make_runtime()
+        assert bridge.graph_segments() == (300, 5000)
+        for bad in ("0,5", "9,3", "256", "a,b"):
+            monkeypatch.setenv("MLX_AMD_GRAPH_SEGMENTS", bad)
+            with pytest.raises(ValueError, match="MLX_AMD_GRAPH_SEGMENTS"):
+                make_runtime()
+    finally:
+        context._runtime = saved_rt
+        bridge.set_graph_segments(*saved)
