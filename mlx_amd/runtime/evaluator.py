@@ -212,6 +212,7 @@ class Evaluator:
         # families, done) or None
         self._sib_groups: dict = {}
         self._sibs = None
+        self._gpu_counts = {}              # GPU nodes per primitive since the last _flush_counts
         self.graphs, self.graphs_selftest = self._resolve_graphs()
         # A program gets its graph only after this many eager replays: on the H200 a build
         # costs ~2 µs per kernel node (1.8 ms for a llama-1b decode step) and a graph launch
@@ -519,11 +520,20 @@ class Evaluator:
                 i += 1
         finally:
             self._leaf_consts, self._sibs = saved
-            by_prim = self.stats.by_prim
-            for name, c in g.view_counts():
-                by_prim[name]["view"] += c
+            self._flush_counts(g)
         if prog is not None:
             self._keep(prog)
+
+    def _flush_counts(self, g) -> None:
+        """Add the node counts kept outside the stats (native view runs, GPU nodes) to them."""
+        by_prim = self.stats.by_prim
+        for name, c in g.view_counts():
+            by_prim[name]["view"] += c
+        counts = self._gpu_counts
+        if counts:
+            for name, c in counts.items():
+                by_prim[name]["gpu"] += c
+            counts.clear()
 
     def _sibling_groups(self, g, nodes) -> dict:
         """({first node: (sibling nodes...)}, {sibling: views to make first}, {first node:
@@ -650,7 +660,8 @@ class Evaluator:
         done = fam is not None and self._gpu(g, metas, fam, prim, params, ins, outs, prog, i)
         if done:
             fresh = done
-            self.stats.by_prim[prim]["gpu"] += 1
+            counts = self._gpu_counts   # a plain dict: merged into the stats once per graph (_run)
+            counts[prim] = counts.get(prim, 0) + 1
         else:
             if prog is not None:
                 g.record(prog, i, 0)
@@ -751,6 +762,7 @@ class Evaluator:
                 node_cb, error_cb, self.graphs)
         finally:
             self._sibs = saved_sibs
+            self._flush_counts(g)   # the nodes handed back to _node
             if arena is not None:
                 res.device_pool.free(arena)   # stream order: later users queue behind
         apply(written)
