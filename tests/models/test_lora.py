@@ -4,6 +4,7 @@ iteration and the trained LoRA weights agree. Over the host driver (CI) every no
 CPU fallback through our evaluator; on the GPU the gradients run there too."""
 
 import numpy as np
+import pytest
 
 from oracle import plain_mlx
 
@@ -13,16 +14,19 @@ from mlx_amd import llm
 ITERS = 3
 
 
-def finetune():
-    model = llm.random_model("tiny", "float32", seed=5)
+def finetune(shape):
+    model = llm.random_model(shape, "float32", seed=5)
     return llm.lora_finetune(model, iters=ITERS, seed=5)
 
 
-def test_lora_step_matches_plain_mlx(runtime):
+# Llama, and two families whose attention differs: Qwen3's and Gemma 3's q/k norms (Gemma's on
+# transposed heads), Gemma's gelu MLP and scaled embeddings
+@pytest.mark.parametrize("shape", ["tiny", "qwen3-tiny", "gemma3-tiny"])
+def test_lora_step_matches_plain_mlx(runtime, shape):
     with plain_mlx():
-        ref_train, ref_val, _, ref_w = finetune()
+        ref_train, ref_val, _, ref_w = finetune(shape)
     mlx_amd.stats(reset=True)
-    got_train, got_val, secs, got_w = finetune()
+    got_train, got_val, secs, got_w = finetune(shape)
     st = mlx_amd.stats()
     if runtime.driver.platform != "host":   # the issue's claim: the training step on the GPU
         cpu = {k: v["cpu"] for k, v in st["by_primitive"].items() if v.get("cpu")}
@@ -34,5 +38,9 @@ def test_lora_step_matches_plain_mlx(runtime):
     np.testing.assert_allclose(got_train, ref_train, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got_val, ref_val, rtol=1e-4, atol=1e-5)
     assert sorted(got_w) == sorted(ref_w) and any("lora_a" in k for k in got_w)
+    # Adam's step m / (sqrt(v) + eps) is sensitive to the last bits of a gradient near zero, so
+    # a different summation order can move such an element by up to ~1 % (Gemma's gelu MLP: one
+    # element in 1024 at 0.6 % after three steps on the emulator, losses equal to 1e-4)
+    rtol = 1e-2 if shape == "gemma3-tiny" else 1e-3
     for k in ref_w:
-        np.testing.assert_allclose(np.array(got_w[k]), np.array(ref_w[k]), rtol=1e-3, atol=1e-5, err_msg=k)
+        np.testing.assert_allclose(np.array(got_w[k]), np.array(ref_w[k]), rtol=rtol, atol=1e-5, err_msg=k)
