@@ -24,6 +24,20 @@ SHAPES = {
                                      intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                                      num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
                                      rms_norm_eps=1e-5, rope_theta=1e6)),
+    # public shapes of other families (Gemma 3 1B: head dim 256, one kv head, 5 of 6 layers on a
+    # 512-token sliding window; Phi-3 mini 4k; Qwen2.5 0.5B)
+    "gemma3-1b": ("gemma3_text", dict(model_type="gemma3_text", hidden_size=1152, num_hidden_layers=26,
+                                      intermediate_size=6912, num_attention_heads=4, num_key_value_heads=1,
+                                      head_dim=256, query_pre_attn_scalar=256, vocab_size=262144,
+                                      sliding_window=512, sliding_window_pattern=6, rms_norm_eps=1e-6,
+                                      rope_theta=1000000.0, rope_local_base_freq=10000.0)),
+    "phi3-mini": ("phi3", dict(model_type="phi3", hidden_size=3072, num_hidden_layers=32, intermediate_size=8192,
+                               num_attention_heads=32, num_key_value_heads=32, rms_norm_eps=1e-5,
+                               vocab_size=32064, rope_theta=10000.0, max_position_embeddings=4096,
+                               original_max_position_embeddings=4096)),
+    "qwen2.5-0.5b": ("qwen2", dict(model_type="qwen2", hidden_size=896, num_hidden_layers=24, intermediate_size=4864,
+                                   num_attention_heads=14, num_key_value_heads=2, rms_norm_eps=1e-6,
+                                   vocab_size=151936, rope_theta=1000000.0, tie_word_embeddings=True)),
     # small members of the other families mlx-lm users run (tests: greedy tokens against plain MLX),
     # head dims our attention kernels take (64), each family's own twists: Qwen2's q/k/v biases,
     # Qwen3's q/k norms, Gemma 3's sliding-window layers (a rotating KV cache once the window
