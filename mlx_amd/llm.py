@@ -39,10 +39,10 @@ SHAPES = {
                                    num_attention_heads=14, num_key_value_heads=2, rms_norm_eps=1e-6,
                                    vocab_size=151936, rope_theta=1000000.0, tie_word_embeddings=True)),
     # small members of the other families mlx-lm users run (tests: greedy tokens against plain MLX),
-    # head dims our attention kernels take (64), each family's own twists: Qwen2's q/k/v biases,
-    # Qwen3's q/k norms, Gemma 3's sliding-window layers (a rotating KV cache once the window
-    # fills) beside global ones, gelu and embedding scaling, Phi-3's fused qkv and gate/up
-    # projections, Qwen3-MoE's routed experts
+    # head dims our attention kernels take (64; 256 with one kv head, as Gemma 3 1B), each family's
+    # own twists: Qwen2's q/k/v biases, Qwen3's q/k norms, Gemma 3's sliding-window layers (a
+    # rotating KV cache once the window fills) beside global ones, gelu and embedding scaling,
+    # Phi-3's fused qkv and gate/up projections, Qwen3-MoE's routed experts
     "qwen2-tiny": ("qwen2", dict(model_type="qwen2", hidden_size=256, num_hidden_layers=2, intermediate_size=512,
                                  num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
                                  vocab_size=512, tie_word_embeddings=True)),
@@ -54,6 +54,10 @@ SHAPES = {
                                         intermediate_size=256, num_attention_heads=4, num_key_value_heads=2,
                                         head_dim=64, query_pre_attn_scalar=64, vocab_size=512, sliding_window=16,
                                         sliding_window_pattern=2, rms_norm_eps=1e-6)),
+    "gemma3-d256-tiny": ("gemma3_text", dict(model_type="gemma3_text", hidden_size=128, num_hidden_layers=2,
+                                             intermediate_size=256, num_attention_heads=4, num_key_value_heads=1,
+                                             head_dim=256, query_pre_attn_scalar=256, vocab_size=512,
+                                             sliding_window=16, sliding_window_pattern=2, rms_norm_eps=1e-6)),
     "phi3-tiny": ("phi3", dict(model_type="phi3", hidden_size=256, num_hidden_layers=2, intermediate_size=512,
                                num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, vocab_size=512)),
     "qwen3-moe-tiny": ("qwen3_moe", dict(model_type="qwen3_moe", hidden_size=128, num_hidden_layers=2,

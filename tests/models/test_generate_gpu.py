@@ -55,7 +55,8 @@ def test_greedy_decode_quantized_and_moe_match_plain_mlx(gpu_runtime, shape, dty
 
 
 @pytest.mark.parametrize("shape,bits", [
-    ("qwen2-tiny", 0), ("qwen3-tiny", 0), ("gemma3-tiny", 0), ("phi3-tiny", 0), ("qwen3-moe-tiny", 0),
+    ("qwen2-tiny", 0), ("qwen3-tiny", 0), ("gemma3-tiny", 0), ("gemma3-d256-tiny", 0), ("phi3-tiny", 0),
+    ("qwen3-moe-tiny", 0),
     ("qwen3-tiny", 4), ("gemma3-tiny", 4), ("qwen3-moe-tiny", 4),
 ])
 def test_greedy_decode_of_each_family_matches_plain_mlx(gpu_runtime, shape, bits):
