@@ -24,6 +24,10 @@ SHAPES = {
                                      intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                                      num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
                                      rms_norm_eps=1e-5, rope_theta=1e6)),
+    # Mistral 7B v0.3: mlx-lm runs "mistral" checkpoints through its llama module
+    "mistral-7b": ("llama", dict(model_type="mistral", hidden_size=4096, num_hidden_layers=32, intermediate_size=14336,
+                                 num_attention_heads=32, num_key_value_heads=8, rms_norm_eps=1e-5,
+                                 vocab_size=32768, rope_theta=1000000.0, tie_word_embeddings=False)),
     # public shapes of other families (Gemma 3 1B: head dim 256, one kv head, 5 of 6 layers on a
     # 512-token sliding window; Phi-3 mini 4k; Qwen2.5 0.5B)
     "gemma3-1b": ("gemma3_text", dict(model_type="gemma3_text", hidden_size=1152, num_hidden_layers=26,
