@@ -108,6 +108,15 @@ def decode_tail(q_strides, k_strides, v_strides, mask_strides, sink_stride, B, H
                         scale_log2, 0)
 
 
+def decode_grid_tail(p, q_strides, k_strides, v_strides, Lk: int, kps: int, splits: int, rows: int) -> tuple:
+    """The decode kernel's grid and argument tail: ``splits`` ranges of ``kps`` of the ``Lk``
+    keys for each chunk of ``rows`` query rows of every (kv head, batch) of problem ``p``."""
+    chunks = -(-(p.G * p.Lq) // rows)
+    tail = decode_tail(q_strides, k_strides[:3], v_strides[:3], p.mask_strides, p.sink_stride, p.B, p.Hq, p.Hkv,
+                       p.Lq, Lk, kps, splits, p.mask_kind, p.sink_kind, p.causal, p.scale * math.log2(math.e))
+    return (splits * chunks, p.Hkv, p.B), tail
+
+
 def rows_tail(ld, mask_strides, sink_stride, rows, n, G, c, Hkv, l0, Lq, Lk, mask_kind, sink_kind,
               causal) -> bytes:
     return _ROWS.pack(ld, *mask_strides, sink_stride, rows, n, G, c, Hkv, l0, Lq, Lk, mask_kind,
@@ -329,10 +338,8 @@ def plan_decode(node, p: Problem, device) -> Plan | None:
         po, pml, cnt = tmp(0), tmp(1), zeroed(0)
     else:
         po, pml, cnt = out(0), out(0), out(0)
-    tail = decode_tail(q.strides, k.strides[:3], v.strides[:3], p.mask_strides, p.sink_stride, p.B,
-                       p.Hq, p.Hkv, p.Lq, p.Lk, kps, splits, p.mask_kind, p.sink_kind, p.causal,
-                       p.scale * math.log2(math.e))
-    steps.append(Launch(FAMILY, kern.name, (splits * chunks, p.Hkv, p.B), (kern.block, 1, 1), 0, 9, tail,
+    grid, tail = decode_grid_tail(p, q.strides, k.strides, v.strides, p.Lk, kps, splits, kern.rows)
+    steps.append(Launch(FAMILY, kern.name, grid, (kern.block, 1, 1), 0, 9, tail,
                         (inp(0), inp(1), inp(2), mask_ref, sink_ref, out(0), po, pml, cnt)))
     return Plan(tuple(steps), temps=temps, rebind=DecodeRebind(p, node.ins, device, splits, cap, kern))
 
@@ -374,11 +381,7 @@ class DecodeRebind:
         splits, kps = decode_splits(p, self.device, Lk, self.kern)
         if (splits > 1) != (self.splits > 1) or splits > self.cap:
             return None
-        chunks = -(-(p.G * p.Lq) // self.kern.rows)
-        tail = decode_tail(q.strides, k.strides[:3], v.strides[:3], p.mask_strides, p.sink_stride, p.B,
-                           p.Hq, p.Hkv, p.Lq, Lk, kps, splits, p.mask_kind, p.sink_kind, p.causal,
-                           p.scale * math.log2(math.e))
-        return [((splits * chunks, p.Hkv, p.B), tail)]
+        return [decode_grid_tail(p, q.strides, k.strides, v.strides, Lk, kps, splits, self.kern.rows)]
 
 
 # ---- flash prefill ------------------------------------------------------------------------
@@ -498,11 +501,10 @@ def _decode_selftest(rt, dt: str, D: int, rng) -> tuple:
     lays = tuple(Layout.row_major(x.shape, dt) for x in ins)
     ol = Layout.row_major((B, Hq, Lq, D), dt)
     p = problem(Node("mlx_amd::SDPA", (1.0 / math.sqrt(D), "causal", False), lays, (ol,)))
-    tail = decode_tail(lays[0].strides, lays[1].strides[:3], lays[2].strides[:3], p.mask_strides, p.sink_stride,
-                       B, Hq, Hkv, Lq, Lk, Lk, 1, p.mask_kind, p.sink_kind, p.causal, p.scale * math.log2(math.e))
 
-    def launch(name, rows, block):
-        return Launch(FAMILY, name, (-(-(p.G * Lq) // rows), Hkv, B), (block, 1, 1), 0, 9, tail, None)
+    def launch(name, rows, block):   # one split: the kernel writes the output itself
+        grid, tail = decode_grid_tail(p, lays[0].strides, lays[1].strides, lays[2].strides, Lk, Lk, 1, rows)
+        return Launch(FAMILY, name, grid, (block, 1, 1), 0, 9, tail, None)
 
     steps = {"mma": launch(t.decode_mma(dt, D), t.DECODE_MMA_ROWS, t.decode_mma_block(matrix_units.backend(rt.props, dt))),
              "twin": launch(t.decode(dt, D, DECODE_ROWS), DECODE_ROWS, DECODE_BLOCK)}
