@@ -64,6 +64,14 @@ def _check(op, ins, out, params):
     return op
 
 
+def copy_to(x: Layout, src_ref, dst_ref, device, out: Layout = None):
+    """A launch copying ``x`` (any layout, read at ``src_ref``) to ``dst_ref`` as ``out``, by
+    default x row-contiguous (what a family needs before a kernel that takes one layout);
+    None when no single kernel covers it."""
+    lau = plan("copy", (x,), out or Layout.row_major(x.shape, x.dtype), device)
+    return None if lau is None else ew.with_refs(lau, (src_ref, dst_ref))
+
+
 def plan(op: str, ins: tuple, out: Layout, device, params=()):
     """Launch writing ``ins[0]`` converted to ``out.dtype`` as a row-contiguous array of
     ``out.shape``; reshapes read the input in its own row-major order. None when no single

@@ -196,12 +196,11 @@ def _lib_operand(x: Layout, i: int, temps: list, steps: list, device):
     lay = matmul.lib_layout(x.shape[0], x.shape[1], x.strides[0], x.strides[1])
     if lay is not None:
         return inp(i), lay
-    row = Layout.row_major(x.shape, x.dtype)
-    lau = copy_family.plan("copy", (x,), row, device)
+    lau = copy_family.copy_to(x, inp(i), tmp(len(temps)), device)
     if lau is None:
         return None
     temps.append(max(x.nbytes, 1))
-    steps.append(dataclasses.replace(lau, refs=(inp(i), tmp(len(temps) - 1))))
+    steps.append(lau)
     return tmp(len(temps) - 1), ("row", max(x.shape[1], 1))
 
 

@@ -126,12 +126,10 @@ def _split(shape, strides, inner_ok):
 
 def _materialize(x: Layout, i: int, t: int, device):
     """Copy input ``i`` row-contiguous into temporary ``t``: (launch, Operand) or None."""
-    row = Layout.row_major(x.shape, x.dtype)
-    lau = copy_family.plan("copy", (x,), row, device)
+    lau = copy_family.copy_to(x, inp(i), tmp(t), device)
     if lau is None:
         return None
-    lau = dataclasses.replace(lau, refs=(inp(i), tmp(t)))
-    st = row.strides
+    st = Layout.row_major(x.shape, x.dtype).strides
     return lau, Operand(tmp(t), st[-2], st[-1], st[:-2])
 
 

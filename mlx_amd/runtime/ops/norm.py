@@ -12,13 +12,12 @@ Statistics in float32; roundings as MLX's decomposition (see norm.hip).
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 
 from .. import kernel_table as kt
 from .. import plan as _plan
 from ..launch import Launch
-from ..plan import Layout, Plan, inp, out, tmp
+from ..plan import Plan, inp, out, tmp
 from . import copy as copy_family
 from . import elementwise as ew
 
@@ -98,10 +97,10 @@ def plan_node(node, device):
         # rows at no uniform stride (Gemma 3 normalises q and k after their transpose: a
         # (B, H, L, D) view of (B, L, H, D)): copied row-contiguous first, one launch more
         # instead of MLX's decomposition on the CPU
-        cp = copy_family.plan("copy", (x,), Layout.row_major(x.shape, x.dtype), device)
+        cp = copy_family.copy_to(x, inp(0), tmp(0), device)
         if cp is None:
             return None
-        pre, temps, x_ref, rs = (dataclasses.replace(cp, refs=(inp(0), tmp(0))),), (x.nbytes,), tmp(0), n
+        pre, temps, x_ref, rs = (cp,), (x.nbytes,), tmp(0), n
     wave = _plan.wave_width(device)
     layout, threads = choose(n, x.itemsize, o.itemsize, wave, rows, _plan.compute_units(device))
     name = _table().kernel(kt, layout, op, x.dtype, o.dtype, wave)

@@ -182,11 +182,8 @@ def _grid_1d(items: int, device) -> tuple:
 
 def _x_copy(x: Layout, device, temp_index: int):
     """x copied row-contiguous into temporary ``temp_index``: (launch, layout) or None."""
-    row = Layout.row_major(x.shape, x.dtype)
-    lau = copy_family.plan("copy", (x,), row, device)
-    if lau is None:
-        return None
-    return dataclasses.replace(lau, refs=(inp(0), tmp(temp_index))), row
+    lau = copy_family.copy_to(x, inp(0), tmp(temp_index), device)
+    return None if lau is None else (lau, Layout.row_major(x.shape, x.dtype))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -212,15 +212,15 @@ def _resident_blocks(device, block):
     return compute_units(device) * max(1, 2048 // block)
 
 
-def _group(units, W, n_out=FEW_LONG_ROWS + 1):
+def _group(units, W, n_out=None):
     """(threads per output, block) for ``units`` parallel work items per output, of ``n_out``
-    outputs."""
+    outputs (None: not measured with FEW_ROWS_BLOCK, as arg reductions: 512 for long rows)."""
     if units <= W:
         g = min(W, _pow2ceil(max(1, units)))
         return g, 256
     if units <= 8 * W:
         return W, 256
-    b = ROW_BLOCK if units <= 16384 else FEW_ROWS_BLOCK if n_out <= FEW_LONG_ROWS else max(512, ROW_BLOCK)
+    b = ROW_BLOCK if units <= 16384 else FEW_ROWS_BLOCK if n_out is not None and n_out <= FEW_LONG_ROWS else max(512, ROW_BLOCK)
     return b, b
 
 

@@ -276,16 +276,25 @@ def _decode_mma_serves(p: Problem, device) -> bool:
     return p.dt in t.MMA_DTYPES and p.D in t.MMA_HEAD_DIMS and matrix_units.usable(FAMILY, device, p.dt, mma_selftest)
 
 
+def _fma_decode(p: Problem) -> DecodeKernel:
+    return DecodeKernel(kt.table(FAMILY).decode(p.dt, p.D, DECODE_ROWS), DECODE_ROWS, DECODE_BLOCK,
+                        DECODE_BLOCKS_PER_CU, False)
+
+
+def _mma_decode(p: Problem, device) -> DecodeKernel:
+    t = kt.table(FAMILY)
+    return DecodeKernel(t.decode_mma(p.dt, p.D), t.DECODE_MMA_ROWS,
+                        t.decode_mma_block(matrix_units.backend(device, p.dt)), DECODE_MMA_BLOCKS_PER_CU, True)
+
+
 def decode_kernel(p: Problem, device, Lk: int = None) -> DecodeKernel:
     """The decode kernel for p on device (``Lk``: another key length than p's): the
     matrix-unit one where it serves from DECODE_MMA_MIN_KEYS keys, else the FMA one."""
-    t = kt.table(FAMILY)
     force = _decode_force()
     Lk = p.Lk if Lk is None else Lk
     if (force == "mma" or (not force and Lk >= DECODE_MMA_MIN_KEYS)) and _decode_mma_serves(p, device):
-        return DecodeKernel(t.decode_mma(p.dt, p.D), t.DECODE_MMA_ROWS,
-                            t.decode_mma_block(matrix_units.backend(device, p.dt)), DECODE_MMA_BLOCKS_PER_CU, True)
-    return DecodeKernel(t.decode(p.dt, p.D, DECODE_ROWS), DECODE_ROWS, DECODE_BLOCK, DECODE_BLOCKS_PER_CU, False)
+        return _mma_decode(p, device)
+    return _fma_decode(p)
 
 
 def decode_splits(p: Problem, device, Lk: int = None, kern: DecodeKernel = None) -> tuple:
@@ -495,19 +504,17 @@ DECODE_SELFTEST_SHAPE = (1, 12, 1, 1, 150)    # B, Hq, Hkv, Lq, Lk
 def _decode_selftest(rt, dt: str, D: int, rng) -> tuple:
     import numpy as np
 
-    t = kt.table(FAMILY)
     B, Hq, Hkv, Lq, Lk = DECODE_SELFTEST_SHAPE
     ins = [rng.standard_normal(s).astype(np.float32) for s in ((B, Hq, Lq, D), (B, Hkv, Lk, D), (B, Hkv, Lk, D))]
     lays = tuple(Layout.row_major(x.shape, dt) for x in ins)
     ol = Layout.row_major((B, Hq, Lq, D), dt)
     p = problem(Node("mlx_amd::SDPA", (1.0 / math.sqrt(D), "causal", False), lays, (ol,)))
 
-    def launch(name, rows, block):   # one split: the kernel writes the output itself
-        grid, tail = decode_grid_tail(p, lays[0].strides, lays[1].strides, lays[2].strides, Lk, Lk, 1, rows)
-        return Launch(FAMILY, name, grid, (block, 1, 1), 0, 9, tail, None)
+    def launch(kern):   # one split: the kernel writes the output itself
+        grid, tail = decode_grid_tail(p, lays[0].strides, lays[1].strides, lays[2].strides, Lk, Lk, 1, kern.rows)
+        return Launch(FAMILY, kern.name, grid, (kern.block, 1, 1), 0, 9, tail, None)
 
-    steps = {"mma": launch(t.decode_mma(dt, D), t.DECODE_MMA_ROWS, t.decode_mma_block(matrix_units.backend(rt.props, dt))),
-             "twin": launch(t.decode(dt, D, DECODE_ROWS), DECODE_ROWS, DECODE_BLOCK)}
+    steps = {"mma": launch(_mma_decode(p, rt.props)), "twin": launch(_fma_decode(p))}
     return matrix_units.compare_twins(rt, [matrix_units.to16(x, dt) for x in ins], steps,
                                       lambda i, o: (i[0], i[1], i[2], i[0], i[0], o, o, o, o),
                                       ol.size, dt, SELFTEST_TOL[dt], SELFTEST_PERTURB, f"decode, head dim {D}")
@@ -566,11 +573,11 @@ def plan_prefill(node, p: Problem, device) -> Plan | None:
     if G > 1:
         qb, qh, ql, qd = q.strides
         view = Layout.strided((B, Hkv, Lq, G, D), (qb, G * qh, ql, qh, qd), dt)
-        cp = copy_family.plan("copy", (view,), Layout.row_major(view.shape, dt), device)
+        qt = temps.add(q.size * isz)
+        cp = copy_family.copy_to(view, inp(0), tmp(qt), device)
         if cp is None:
             return None
-        qt = temps.add(q.size * isz)
-        steps.append(dataclasses.replace(cp, refs=(inp(0), tmp(qt))))
+        steps.append(cp)
         q_ref, q_bs = tmp(qt), (Hkv * Lq * G * D, Lq * G * D)
         q_rs, q_cs = D, 1
     else:
