@@ -35,6 +35,9 @@ struct GraphSegment {
   std::vector<LaunchRec> current;   // what each node holds now
   int rebuilds_in_a_row = 0;
   bool off = false;                 // its launch sequence keeps changing: eager
+  GraphSegment() = default;
+  GraphSegment(const GraphSegment&) = delete;   // it owns its graph (a copy would destroy it twice)
+  GraphSegment& operator=(const GraphSegment&) = delete;
   ~GraphSegment();
   void release();
 };

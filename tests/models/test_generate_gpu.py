@@ -25,15 +25,25 @@ def run(model, prompt):
     return toks, np.stack(lps)
 
 
-@pytest.mark.parametrize("dtype,atol", [("float32", 2e-3), ("bfloat16", 0.15)])
-def test_greedy_decode_matches_plain_mlx(gpu_runtime, dtype, atol):
+def decodes_like_plain_mlx(shape, dtype, bits, atol, all_on_gpu=False):
+    """The same seeded model and prompt through plain MLX and through us: equal tokens, log-
+    probabilities within ``atol``; with ``all_on_gpu`` no node on MLX's CPU fallback either."""
     with plain_mlx():
-        model = gen.random_model("tiny", dtype, seed=3)
+        model = gen.random_model(shape, dtype, seed=3, quantize=bits)
         prompt = mx.random.randint(0, model.args.vocab_size, (24,), key=mx.random.key(2))
         ref_t, ref_lp = run(model, prompt)
+    mlx_amd.stats(reset=True)
     got_t, got_lp = run(model, prompt)
+    if all_on_gpu:
+        cpu = {p: c["cpu"] for p, c in mlx_amd.stats()["by_primitive"].items() if c.get("cpu")}
+        assert not cpu, f"{shape}: nodes on MLX's CPU fallback {cpu}"
     assert got_t == ref_t
     np.testing.assert_allclose(got_lp, ref_lp, atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("dtype,atol", [("float32", 2e-3), ("bfloat16", 0.15)])
+def test_greedy_decode_matches_plain_mlx(gpu_runtime, dtype, atol):
+    decodes_like_plain_mlx("tiny", dtype, 0, atol)
 
 
 @pytest.mark.parametrize("shape,dtype,bits,atol", [
@@ -45,13 +55,7 @@ def test_greedy_decode_quantized_and_moe_match_plain_mlx(gpu_runtime, shape, dty
     # float32 activations: MLX's CPU quantized matmul accumulates in the activation dtype,
     # so with bfloat16 it is not an accurate reference (a likely cause of the 4-bit MoE
     # drift seen earlier); in float32 both engines must agree step by step
-    with plain_mlx():
-        model = gen.random_model(shape, dtype, seed=3, quantize=bits)
-        prompt = mx.random.randint(0, model.args.vocab_size, (24,), key=mx.random.key(2))
-        ref_t, ref_lp = run(model, prompt)
-    got_t, got_lp = run(model, prompt)
-    assert got_t == ref_t
-    np.testing.assert_allclose(got_lp, ref_lp, atol=atol, rtol=0)
+    decodes_like_plain_mlx(shape, dtype, bits, atol)
 
 
 @pytest.mark.parametrize("shape,bits", [
@@ -62,13 +66,4 @@ def test_greedy_decode_quantized_and_moe_match_plain_mlx(gpu_runtime, shape, dty
 def test_greedy_decode_of_each_family_matches_plain_mlx(gpu_runtime, shape, bits):
     # float32 for an accurate reference (see above); 24 prompt tokens and 32 steps take Gemma 3's
     # 16-token sliding window through its rotating cache; every node on the GPU
-    with plain_mlx():
-        model = gen.random_model(shape, "float32", seed=3, quantize=bits)
-        prompt = mx.random.randint(0, model.args.vocab_size, (24,), key=mx.random.key(2))
-        ref_t, ref_lp = run(model, prompt)
-    mlx_amd.stats(reset=True)
-    got_t, got_lp = run(model, prompt)
-    cpu = {p: c["cpu"] for p, c in mlx_amd.stats()["by_primitive"].items() if c.get("cpu")}
-    assert not cpu, f"{shape}: nodes on MLX's CPU fallback {cpu}"
-    assert got_t == ref_t
-    np.testing.assert_allclose(got_lp, ref_lp, atol=2e-3, rtol=0)
+    decodes_like_plain_mlx(shape, "float32", bits, 2e-3, all_on_gpu=True)
