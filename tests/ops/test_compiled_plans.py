@@ -59,11 +59,24 @@ def test_silu_mul_source():
     src, name = C.fused_source(C.parse(node.params), ("float32",) * len(node.ins), ("float32",))
     assert "sigmoid_f(" in src and f'extern "C" __global__ void {name}_c' in src
     assert f"void {name}_g" in src
-    body = src[src.index("JD void body"):]
     assert "#include" not in src.replace("#include <cmath>", "")   # self-contained for NVRTC/hipRTC
-    # loads first, then compute, then stores (donation safety)
-    last_load = body.rindex("((const ")
-    assert last_load < body.index("sigmoid_f(") < body.index("((float*)a.p[")
+    # loads first, then compute, then stores (donation safety), element by element and in
+    # the vector body alike
+    body = src[src.index("JD void body("):src.index("JD void body_v(")]
+    assert body.rindex("((const ") < body.index("sigmoid_f(") < body.index("((float*)a.p[")
+    body_v = src[src.index("JD void body_v("):src.index(f"void {name}_c")]
+    assert body_v.rindex("((const VN<") < body_v.index("sigmoid_f(") < body_v.index("((VN<float>*)a.p[")
+    assert "constexpr int V = 4;" in src     # 16 bytes of float32 a thread
+
+
+def test_vector_width_follows_the_widest_operand():
+    assert C.vector_width(("bfloat16", "bfloat16")) == 8
+    assert C.vector_width(("bfloat16", "float32")) == 4
+    assert C.vector_width(("bool", "uint8")) == 16
+    assert C.vector_width(("int64", "float16")) == 2
+    node = dense_node(lambda a, b: nn.silu(a) * b, ones(64, 64, dtype=mx.bfloat16), ones(64, 64, dtype=mx.bfloat16))
+    launch, mode = C.fused_launch(node, DEV, "k")
+    assert mode == "c" and launch.grid[0] == 2      # 4096 elements, 8 a thread, 256 threads a block
 
 
 def test_float16_rounds_between_ops():
@@ -313,6 +326,95 @@ def test_float_to_float16_and_bfloat16(prelude_lib):
 
 
 NVCC = os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")
+
+
+# The generated kernels run on the host: g++ compiles them with stand-ins for CUDA's thread
+# indices, and a runner calls the kernel once per (block, thread) in turn (no kernel here
+# synchronises threads, so any order is a valid schedule).
+HOST_RUNNER = r"""
+#include <cstring>
+extern "C" void run(const void* args, unsigned long nbytes, unsigned grid, unsigned block) {
+  Args a;
+  std::memcpy(&a, args, nbytes < sizeof(Args) ? nbytes : sizeof(Args));
+  gridDim.x = grid;
+  blockDim.x = block;
+  for (unsigned b = 0; b < grid; ++b)
+    for (unsigned t = 0; t < block; ++t) {
+      blockIdx.x = b;
+      threadIdx.x = t;
+      KERNEL(a);
+    }
+}
+"""
+HOST_SHIM = "#define __global__\nstruct Dim3 { unsigned x, y, z; };\nstatic Dim3 blockIdx, blockDim, gridDim, threadIdx;\n"
+
+
+def run_on_host(tmp_path, src, kernel, launch, in_bytes, out_nbytes, misalign=False):
+    """Outputs (bytes) of ``kernel`` over inputs given as bytes, each buffer at a 64-byte
+    aligned address, or (misalign) one element past it."""
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ is needed to run the generated kernels on the host")
+    so = tmp_path / f"{kernel}.so"
+    if not so.exists():
+        (tmp_path / f"{kernel}.cpp").write_text(HOST_SHIM + src + HOST_RUNNER.replace("KERNEL", kernel))
+        subprocess.run([gxx, "-O1", "-std=c++17", "-shared", "-fPIC", "-o", str(so), str(tmp_path / f"{kernel}.cpp")],
+                       check=True)
+    lib = ctypes.CDLL(str(so))
+    keep, ptrs = [], []
+
+    def buffer(data: bytes, item: int):
+        raw = ctypes.create_string_buffer(len(data) + 128)
+        base = (ctypes.addressof(raw) + 63) // 64 * 64 + (item if misalign else 0)
+        ctypes.memmove(base, data, len(data))
+        keep.append(raw)
+        ptrs.append(base)
+        return base
+
+    for data, item in in_bytes:
+        buffer(data, item)
+    outs = [buffer(bytes(n), item) for n, item in out_nbytes]
+    args = struct.pack(f"<{len(ptrs)}Q", *ptrs) + launch.tail
+    lib.run(args, ctypes.c_ulong(len(args)), ctypes.c_uint(launch.grid[0]), ctypes.c_uint(launch.block[0]))
+    return [ctypes.string_at(p, n) for p, (n, _) in zip(outs, out_nbytes)]
+
+
+@pytest.mark.parametrize("case", ["silu_mul_bf16", "mixed_f16_int", "float32_scalar", "bool_out"])
+def test_generated_kernel_runs_on_host_like_mlx(tmp_path, case):
+    """The vector body (aligned buffers) and the element-by-element one (each buffer one
+    element off) give the same bits, and MLX's values (the host's libm is not MLX's: floats
+    within a few units of the last place)."""
+    fn, dt = {
+        "silu_mul_bf16": (lambda a, b: nn.silu(a) * b * 2.0, mx.bfloat16),
+        "mixed_f16_int": (lambda a, b: (mx.where(a > b, nn.gelu_approx(a), nn.silu(b))
+                                        + ((a.astype(mx.int32) >> 1) & 3).astype(mx.float16)), mx.float16),
+        "float32_scalar": (lambda a, b: mx.exp(a) * 0.5 - b / 3.0, mx.float32),
+        "bool_out": (lambda a, b: (a > b) | (a < -1.0), mx.float32),
+    }[case]
+    a, b = ones(5, 37, dtype=dt) * 3, ones(5, 37, dtype=dt) * 3     # 185 elements: groups and a tail
+    mx.eval(a, b)
+    y = mx.compile(fn)(a, b)
+    g = bridge.Graph([y])
+    prim, params, ins, outs = next(n for n in g.nodes if n[0] == "Compiled")
+    metas = g.arrays
+    host = {slot: ptr for slot, _k, ptr, *_ in g.leaves()}
+    in_lays = [Layout.row_major(metas[s][0], metas[s][1]) for s in ins]
+    node = node_for(params, in_lays, [metas[o][1] for o in outs], metas[outs[0]][0])
+    src, name = C.fused_source(C.parse(params), tuple(l.dtype for l in node.ins), tuple(o.dtype for o in node.outs))
+    launch, mode = C.fused_launch(node, DEV, name)
+    assert mode == "c"
+    in_bytes = [(ctypes.string_at(host[s], l.nbytes), l.itemsize) for s, l in zip(ins, in_lays)]
+    g.release()
+    out = [(node.out.nbytes, node.out.itemsize)]
+    (vec,) = run_on_host(tmp_path, src, launch.kernel, launch, in_bytes, out)
+    (elem,) = run_on_host(tmp_path, src, launch.kernel, launch, in_bytes, out, misalign=True)
+    assert vec == elem
+    ref = np.array(y.astype(mx.float32))
+    npdt = {mx.bfloat16: None, mx.float16: np.float16, mx.float32: np.float32, mx.bool_: np.bool_}[y.dtype]
+    got = (np.frombuffer(vec, np.uint16).astype(np.uint32) << 16).view(np.float32) if npdt is None else \
+        np.frombuffer(vec, npdt).astype(np.float32)
+    tol = {mx.bfloat16: 1e-2, mx.float16: 2e-3}.get(y.dtype, 1e-6)
+    np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=tol, atol=tol)
 
 
 def test_generated_source_compiles_with_nvcc(tmp_path):

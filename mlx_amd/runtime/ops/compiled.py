@@ -14,9 +14,11 @@ the arguments.
 
 One source holds two kernels: ``_c`` (every input dense in the output's order or a
 scalar: flat index times a 0/1 stride) and ``_g`` (collapsed shape and strides in the
-arguments, broadcasts as zero strides). Values are kept in their tape dtype between
-ops (float16/bfloat16 rounded after each op, as MLX's own evaluation does) and each op
-computes in float for floating types, in the integer type otherwise.
+arguments, broadcasts as zero strides). ``_c`` takes 16 bytes of the widest operand a
+thread (``vector_width``: 8 bfloat16 values) in one access per operand wherever the
+buffers' addresses allow it, and the rest element by element. Values are kept in their
+tape dtype between ops (float16/bfloat16 rounded after each op, as MLX's own evaluation
+does) and each op computes in float for floating types, in the integer type otherwise.
 
 The op semantics repeat the functors of ``hip_kernels/unary.hip`` / ``binary.hip`` (the
 generated source can include no header: see ``runtime/jit.py``). Moving those functors
@@ -45,6 +47,7 @@ PRIMITIVES = {"Compiled": "compiled"}
 MAX_DIMS = 8
 MAX_POINTERS = 32         # buffers per fused kernel: 256 bytes of pointers in its arguments
 BLOCK = 256
+VECTOR = True             # False: the _c kernel goes element by element (the A/B of compiled_bandwidth)
 
 STATS = collections.Counter()   # "fused", "by_node", "cpu", "jit_error"
 
@@ -80,6 +83,8 @@ CTYPE = {
     "uint64": "unsigned long long", "int8": "signed char", "int16": "short", "int32": "int",
     "int64": "long long", "float16": "h16", "bfloat16": "b16", "float32": "float",
 }
+ITEMSIZE = {"bool": 1, "uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "float16": 2, "bfloat16": 2,
+            "uint32": 4, "int32": 4, "float32": 4, "uint64": 8, "int64": 8}
 FLOATS = ("float16", "bfloat16", "float32")
 SIGNED = ("int8", "int16", "int32", "int64")
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
@@ -308,6 +313,14 @@ def _binary(prim, params, a, b, dt):
 
 
 # ---------------------------------------------------------------- source generation
+def vector_width(dtypes) -> int:
+    """Elements a thread of the ``_c`` kernel takes at once: 16 bytes of the widest operand
+    (an element a thread moved 2 bytes per load for bfloat16 and held a fused SwiGLU at a
+    third of the copy bandwidth); 1 when no operand is known."""
+    widest = max((ITEMSIZE[d] for d in dtypes if d in ITEMSIZE), default=16)
+    return max(16 // widest, 1)
+
+
 def signature(tape: Tape, in_dtypes: tuple, out_dtypes: tuple) -> str:
     """What the source depends on, without shapes (Broadcast's target shape and the
     tape's array shapes are the trace's): a short stable hash for the kernel name. A
@@ -374,6 +387,24 @@ def fused_source(tape: Tape, in_dtypes: tuple, out_dtypes: tuple):
         if oid not in vals or vals[oid][1] != dt:
             raise Unsupported(f"output {j} is not computed as {dt}")
         stores.append(f"  (({CTYPE[dt]}*)a.p[{ni + j}])[i] = {vals[oid][0]};")
+    # the vector body: V elements a thread, each operand's V values in one access (a scalar
+    # input's one value repeated); the same per-element code in between
+    V = vector_width(tuple(in_dtypes) + tuple(out_dtypes))
+    vloads, vfront, vstores, vcheck = [], [], [], []
+    for k, ((aid, _const), dt) in enumerate(zip(tape.inputs, in_dtypes)):
+        t = CTYPE[dt]
+        vloads.append(f"  VN<{t}> w{k};\n  if (a.st[{k}][0]) w{k} = ((const VN<{t}>*)a.p[{k}])[g];\n"
+                      f"  else {{ const {t} s = ((const {t}*)a.p[{k}])[0];\n"
+                      f"#pragma unroll\n    for (int e = 0; e < V; ++e) w{k}.v[e] = s; }}")
+        vfront.append(f"    const {t} v{aid} = w{k}.v[e];")
+        vcheck.append(f"(a.st[{k}][0] == 0 || ((unsigned long long)a.p[{k}] % sizeof(VN<{t}>)) == 0)")
+    for j, (oid, dt) in enumerate(zip(tape.outputs, out_dtypes)):
+        t = CTYPE[dt]
+        vloads.append(f"  VN<{t}> r{j};")
+        vstores.append(f"  ((VN<{t}>*)a.p[{ni + j}])[g] = r{j};")
+        vcheck.append(f"((unsigned long long)a.p[{ni + j}] % sizeof(VN<{t}>)) == 0")
+    velem = vfront + ["  " + ln for ln in lines] + [
+        f"    r{j}.v[e] = {vals[oid][0]};" for j, oid in enumerate(tape.outputs)]
     name = f"mlxa_jit_{signature(tape, tuple(in_dtypes), tuple(out_dtypes))}"
     nis = max(ni, 1)
     src = PRELUDE + f"""
@@ -390,9 +421,29 @@ JD void body(const Args& a, long long i, const long long* off) {{
 {chr(10).join(loads + lines + stores)}
 }}
 
+// V consecutive elements (group g) in one access per operand.
+constexpr int V = {V};
+template <typename T> struct alignas(sizeof(T) * V) VN {{ T v[V]; }};
+JD void body_v(const Args& a, long long g) {{
+{chr(10).join(vloads)}
+#pragma unroll
+  for (int e = 0; e < V; ++e) {{
+{chr(10).join(velem)}
+  }}
+{chr(10).join(vstores)}
+}}
+
+// Whole groups of V where every dense operand's address allows it (a buffer at an odd
+// element offset does not), then the rest element by element.
 extern "C" __global__ void {name}_c(Args a) {{
-  const long long step = (long long)gridDim.x * blockDim.x;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += step) {{
+  const long long step = (long long)gridDim.x * blockDim.x, t0 = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  long long done = 0;
+  if ({" && ".join(vcheck) if VECTOR and vcheck else "false"}) {{
+    const long long groups = a.n / V;
+    for (long long g = t0; g < groups; g += step) body_v(a, g);
+    done = groups * V;
+  }}
+  for (long long i = done + t0; i < a.n; i += step) {{
     long long off[{nis}];
 #pragma unroll
     for (int k = 0; k < {ni}; ++k) off[k] = i * a.st[k][0];
@@ -485,7 +536,8 @@ def fused_launch(node, device, source_name, function=None):
     if n == 0:
         grid = (0, 1, 1)
     else:
-        per_block = BLOCK * (4 if mode == "g" else 1)
+        per_block = BLOCK * (4 if mode == "g" else
+                             vector_width(tuple(l.dtype for l in node.ins) + tuple(o.dtype for o in node.outs)))
         cap = _plan.compute_units(device) * 16
         grid = (min(-(-items // per_block), cap), 1, 1)
     refs = tuple(_plan.inp(k) for k in range(ni)) + tuple(_plan.out(j) for j in range(len(node.outs)))
