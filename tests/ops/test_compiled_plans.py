@@ -430,3 +430,32 @@ def test_generated_source_compiles_with_nvcc(tmp_path):
                         "-o", str(tmp_path / "k.cubin"), str(tmp_path / "k.cu")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "k.cubin").stat().st_size > 0
+
+
+
+def test_generated_source_compiles_for_amd(tmp_path):
+    """The same source as hipRTC sees it (the HIP runtime header pre-included, its
+    hardware float16 conversions) for a wave-32 and a wave-64 arch, with the AMD toolchain
+    that builds the package's kernels (hipcc here, else Debian's ROCm chroot: CI has it)."""
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, repo)
+    import build_kernels
+
+    try:
+        tc = build_kernels.find_amd(None)
+    except build_kernels.BuildError as e:
+        pytest.skip(f"no AMD toolchain: {e}")
+    fn = lambda a, b, c: (mx.where(a > b, nn.gelu_approx(a), nn.silu(b)) * c
+                          + ((a.astype(mx.int32) >> 1) & 3).astype(mx.float16))
+    params, ins, outs = tape_of(fn, *[ones(4, 8, dtype=mx.float16) for _ in range(3)])
+    src, name = C.fused_source(C.parse(params), tuple(d for _, d, _ in ins), tuple(d for _, d, _ in outs))
+    assert "MLXA_HW_F16" in src and "_Float16" in src
+    (tmp_path / "k.hip").write_text(src)
+    argv, env = tc.wrap(tmp_path, [tc.compiler, "-x", "hip", "--offload-arch=gfx1100", "--offload-arch=gfx942",
+                                   "--cuda-device-only", "-c", "-O3", "-std=c++17", "-include", "hip/hip_runtime.h",
+                                   "-Werror", "-o", str(tmp_path / "k.o"), str(tmp_path / "k.hip")])
+    r = subprocess.run(argv, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "k.o").stat().st_size > 0
