@@ -31,6 +31,7 @@ CASES = [
     ("max f32 32768x4096 (col)", "float32", (32768, 4096), (0,), "max", lambda t: t.amax(0)),
     ("sum f32 (256,256,256) axis 1 (strided)", "float32", (256, 256, 256), (1,), "sum", lambda t: t.sum(1)),
     ("argmax f32 4096x32768 (row)", "float32", (4096, 32768), 1, "argmax", lambda t: t.argmax(1)),
+    ("argmax bf16 1x128256 (a row of logits)", "bfloat16", (1, 128256), 1, "argmax", lambda t: t.argmax(1)),
 ]
 _OPS = {"and": 0, "or": 1, "sum": 2, "prod": 3, "min": 4, "max": 5}
 
@@ -58,9 +59,13 @@ def main():
     except Exception:
         have_torch = False
 
-    for name, dtype, shape, axes, op, tfn in CASES:
+    split = rd._arg_split
+    for name, dtype, shape, axes, op, tfn in CASES + [(n + ", one block a row (before the split)", *rest)
+                                                       for n, *rest in CASES if "logits" in n]:
         node = node_for(dtype, shape, axes, op)
+        rd._arg_split = (lambda *a: None) if "before the split" in name else split
         plan = rd.plan_node(node, props)
+        rd._arg_split = split
         if plan is None:
             print(f"  {name}: no plan")
             continue

@@ -422,6 +422,49 @@ MLXA_DEVICE void arg_row(const ArgReduceArgs& a) {
   if (o < a.n_out && lane == 0) ((uint32_t*)a.out)[o] = acc.i == 0xffffffffu ? 0u : acc.i;
 }
 
+// Few long rows (an LLM's one row of logits): arg_row's one block a row read 128k values
+// through one SM (54 us on the H100). Pass 1, a block per (row, split y of gridDim.y):
+// the best (value, index) of its part of the row into out[row * gridDim.y + y]; pass 2
+// (arg_pairs) takes the best of each row's pairs. Same rule, so the same index as arg_row.
+template <bool IsMax, typename In, int W>
+MLXA_DEVICE void arg_split(const ArgReduceArgs& a) {
+  using A = compute_t<In>;
+  using P = ArgPair<A>;
+  __shared__ P scratch[32];
+  const int64_t o = blockIdx.x, S = gridDim.y, k = blockIdx.y;
+  const int64_t part = (a.axis_len + S - 1) / S;
+  const int64_t i0 = k * part < a.axis_len ? k * part : a.axis_len;
+  const int64_t i1 = i0 + part < a.axis_len ? i0 + part : a.axis_len;
+  P acc{IsMax ? lowest<A>() : highest<A>(), 0xffffffffu};
+  if (o < a.n_out) {
+    const In* p = (const In*)a.in + dims_offset(o, a.kept_ndim, a.kept_shape, a.kept_strides, a.n_out <= 0x7fffffffll);
+    walk_row(p, i0, i1, a.axis_stride, (int)threadIdx.x, (int)blockDim.x, [&](int64_t i, In x) {
+      const A v = widen(x);
+      if (arg_better<IsMax>(v, (uint32_t)i, acc.v, acc.i)) acc = P{v, (uint32_t)i};
+    });
+  }
+  acc = group_reduce<W>(acc, (int)blockDim.x, scratch, [](P x, P y) { return arg_combine<IsMax>(x, y); });
+  if (o < a.n_out && threadIdx.x == 0) ((P*)a.out)[o * S + k] = acc;
+}
+
+// pass 2: a.in holds n_out rows of axis_len pairs; a group of a.group threads a row
+template <bool IsMax, typename In, int W>
+MLXA_DEVICE void arg_pairs(const ArgReduceArgs& a) {
+  using A = compute_t<In>;
+  using P = ArgPair<A>;
+  __shared__ P scratch[32];
+  const int G = a.group;
+  const int lane = (int)threadIdx.x % G;
+  const int64_t o = (int64_t)blockIdx.x * (int64_t)(blockDim.x / G) + (int64_t)threadIdx.x / G;
+  P acc{IsMax ? lowest<A>() : highest<A>(), 0xffffffffu};
+  if (o < a.n_out) {
+    const P* p = (const P*)a.in + o * a.axis_len;
+    for (int64_t j = lane; j < a.axis_len; j += G) acc = arg_combine<IsMax>(acc, p[j]);
+  }
+  acc = group_reduce<W>(acc, G, scratch, [](P x, P y) { return arg_combine<IsMax>(x, y); });
+  if (o < a.n_out && lane == 0) ((uint32_t*)a.out)[o] = acc.i == 0xffffffffu ? 0u : acc.i;
+}
+
 template <bool IsMax, typename In>
 MLXA_DEVICE void arg_col(const ArgReduceArgs& a) {
   using A = compute_t<In>;
@@ -478,6 +521,14 @@ MLXA_DEVICE void arg_seq_complex(const ArgReduceArgs& a) {
 #define MLXA_ARG_ROW(name, W, IsMax, In)                                     \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(512) name(ArgReduceArgs a) {          \
     MLXA_WAVE_KERNEL_BODY(W, (mlxa::red::arg_row<IsMax, In, W>(a)));        \
+  }
+#define MLXA_ARG_SPLIT(name, W, IsMax, In)                                   \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(512) name(ArgReduceArgs a) {          \
+    MLXA_WAVE_KERNEL_BODY(W, (mlxa::red::arg_split<IsMax, In, W>(a)));      \
+  }
+#define MLXA_ARG_PAIRS(name, W, IsMax, In)                                   \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(512) name(ArgReduceArgs a) {          \
+    MLXA_WAVE_KERNEL_BODY(W, (mlxa::red::arg_pairs<IsMax, In, W>(a)));      \
   }
 #define MLXA_ARG_COL(name, IsMax, In) \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(ArgReduceArgs a) { mlxa::red::arg_col<IsMax, In>(a); }

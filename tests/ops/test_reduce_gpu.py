@@ -267,6 +267,28 @@ def test_arg_layouts(gpu_runtime, wave):
     check_gpu(lambda a: mx.argmin(mx.transpose(a), axis=1), y, prims=("ArgReduce",))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_arg_few_long_rows(gpu_runtime, wave, dtype):
+    """An LLM's row of logits: one (or a few) long rows, split over many blocks and then
+    combined (argsplit + argpairs): the first index of the best value across the parts,
+    NaN first, strided and offset rows alike."""
+    rng = np.random.default_rng(7)
+    n = 128256
+    a = rng.standard_normal((3, n)).astype(np.float32)
+    a[0, [4000, 90000, 128255]] = 9.0        # ties in different parts: the first wins
+    a[1, n - 1] = 9.0                        # in the last, partial part
+    a[1, 2047:2049] = -9.0                   # across a part boundary, for argmin
+    a[2, 70000] = np.nan                     # NaN beats every number
+    a[2, 100000] = np.nan
+    x = _mx(a, dtype)
+    for f in ARG.values():
+        check_gpu(lambda t: f(t[:1], axis=1), x, prims=("ArgReduce",), what="one row")
+        check_gpu(lambda t: f(t, axis=1), x, prims=("ArgReduce",), what="three rows")
+        check_gpu(lambda t: f(t[:, 3:], axis=1), x, prims=("ArgReduce",), what="offset rows")
+        check_gpu(lambda t: f(mx.transpose(t), axis=0), x, prims=("ArgReduce",), what="strided rows")
+        check_gpu(lambda t: f(t[0]), x, prims=("ArgReduce",), what="1-d")
+
+
 def test_complex_arg_order_rules(gpu_runtime, wave):
     nan = np.nan
     rows = [[1 + 5j, complex(1, nan)], [complex(1, nan), 1 + 5j], [complex(1, nan), 3 + 5j],

@@ -102,6 +102,22 @@ def _kop(name):
     return parts[1], parts[2]   # layout, op
 
 
+def _arg_pick(op, best, cand):
+    """The preferred of two (value, index) pairs (None: an empty part): NaN first, then the
+    larger (smaller) value, then the lower index, as the kernels' arg_better."""
+    if cand is None:
+        return best
+    if best is None:
+        return cand
+    (bv, bi), (cv, ci) = best, cand
+    bn, cn = bv != bv, cv != cv
+    if bn or cn:
+        return cand if cn and (not bn or ci < bi) else best
+    if (cv > bv) if op == "argmax" else (cv < bv):
+        return cand
+    return cand if cv == bv and ci < bi else best
+
+
 def execute(plan: Plan, store, base, n_out, wave=32):
     """Run the plan's launches on Python ints the way the kernels walk memory."""
     out = {}
@@ -161,6 +177,25 @@ def execute(plan: Plan, store, base, n_out, wave=32):
                             acc = COMB[op](acc, read(src, b0 + c * a["col_stride"] + rj))
                         o = b * a["n_cols"] + c
                         write(dst, o * a["splits"] + s if a["partial"] else o, acc)
+        elif layout == "argsplit":   # (value, index) of the best in each of grid.y parts
+            a = rd.unpack_arg(st.tail)
+            S = st.grid[1]
+            assert st.grid[0] == a["n_out"] and S >= 2
+            part = -(-a["axis_len"] // S)
+            for o in range(a["n_out"]):
+                b0 = dims_offset(o, a["kept_ndim"], a["kept_shape"], a["kept_strides"])
+                for k in range(S):
+                    best = None
+                    for i in range(k * part, min(a["axis_len"], (k + 1) * part)):
+                        best = _arg_pick(op, best, (read(src, b0 + i * a["axis_stride"]), i))
+                    write(dst, o * S + k, best)
+        elif layout == "argpairs":   # the best of each row's parts
+            a = rd.unpack_arg(st.tail)
+            for o in range(a["n_out"]):
+                best = None
+                for k in range(a["axis_len"]):
+                    best = _arg_pick(op, best, read(src, o * a["axis_len"] + k))
+                write(dst, o, 0 if best is None else best[1])
         else:  # argrow / argcol / argseq
             a = rd.unpack_arg(st.tail)
             for o in range(a["n_out"]):
@@ -306,6 +341,25 @@ def test_arg_col_for_many_outputs_with_strided_axis():
     assert p.steps[0].kernel == "reduce_argcol_argmax_float32_uint32"
     p = rd.plan_node(arg_node(R((64, 1 << 16), "float32"), 1), props(cus=8))
     assert p.steps[0].kernel.startswith("reduce_argrow_argmax_float32_uint32")
+
+
+def test_arg_few_long_rows_split_in_two_passes():
+    rng = np.random.default_rng(5)
+    for shape, axis, perm in [((1, 50000), 1, None), ((3, 20000), 1, None), ((20000, 2), 0, None)]:
+        x = R(shape, "float32")
+        store, base = storage_for(x, rng)
+        store[base + 7] = store[base + 19999] = 1e9          # ties: the first index wins
+        for op in ("argmax", "argmin"):
+            node = arg_node(x, axis, op)
+            plan = rd.plan_node(node, DEV)
+            assert [st.kernel.split("_")[1] for st in plan.steps] == ["argsplit", "argpairs"]
+            assert plan.temps == (node.out.size * plan.steps[0].grid[1] * 8,)
+            got = execute(plan, store, base, node.out.size)
+            want = (np.argmax if op == "argmax" else np.argmin)(logical(x, store, base), axis=axis)
+            np.testing.assert_array_equal(got.astype(np.int64), want.reshape(-1))
+    # integer rows, many rows or a short row: one pass
+    for shape, dt in [((1, 50000), "int32"), ((64, 50000), "float32"), ((1, 3000), "float32")]:
+        assert rd.plan_node(arg_node(R(shape, dt), 1), DEV).steps[0].kernel.split("_")[1] == "argrow"
 
 
 def test_arg_dtypes_route():

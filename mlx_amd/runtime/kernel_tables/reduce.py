@@ -1,7 +1,7 @@
 """Kernel table of the reduce family (hip_kernels/reduce.hip); standard library only.
 
-Names: ``reduce_<layout>_<op>_<in>_<out>[_w32|_w64]``; layouts ``row`` and ``argrow``
-depend on the wave width (both widths are instantiated), ``col``, ``argcol`` and the
+Names: ``reduce_<layout>_<op>_<in>_<out>[_w32|_w64]``; layouts ``row``, ``argrow``,
+``argsplit`` and ``argpairs`` depend on the wave width (both widths are instantiated), ``col``, ``argcol`` and the
 sequential ``seq``/``argseq`` (complex min/max/arg*) do not.
 
 Inputs are grouped where the bits suffice (the launcher maps MLX's dtypes onto these):
@@ -54,6 +54,8 @@ FINISH_KERNELS = [(op, "float32", o) for op in ("sum", "prod", "max", "min") for
 
 ARG_OPS = {"argmin": "false", "argmax": "true"}
 ARG_DTYPES = _MINMAX
+# few long rows split in two passes (argsplit, argpairs): the float types of an LLM's logits
+ARG_SPLIT_DTYPES = ("float32", "float16", "bfloat16")
 
 
 def name(kt, layout, op, kin, kout, wave=None):
@@ -82,5 +84,11 @@ def entries(kt):
                 yield n, f"MLXA_ARG_ROW({n}, {w}, {is_max}, {C[dt]})"
             n = name(kt, "argcol", op, dt, "uint32")
             yield n, f"MLXA_ARG_COL({n}, {is_max}, {C[dt]})"
+        for dt in ARG_SPLIT_DTYPES:
+            for w in WAVES:
+                n = name(kt, "argsplit", op, dt, "uint32", w)
+                yield n, f"MLXA_ARG_SPLIT({n}, {w}, {is_max}, {C[dt]})"
+                n = name(kt, "argpairs", op, dt, "uint32", w)
+                yield n, f"MLXA_ARG_PAIRS({n}, {w}, {is_max}, {C[dt]})"
         n = name(kt, "argseq", op, "complex64", "uint32")
         yield n, f"MLXA_ARG_SEQ_COMPLEX({n}, {is_max})"

@@ -369,6 +369,29 @@ def plan_reduce(node, device):
 
 
 # ---- ArgReduce --------------------------------------------------------------------------------
+ARG_SPLIT_BLOCK = 256
+ARG_SPLIT_MIN_PART = 2048   # elements a split block takes at least (8 a thread)
+
+
+def _arg_split(op, dt, n_out, L, st, kept, per_block, device, W):
+    """Few long rows (an LLM's row of logits): each row in parts over many blocks (argsplit:
+    the best (value, index) of each part), then the best of each row's parts (argpairs);
+    None where one pass fills the device or the row is short."""
+    blocks = -(-n_out // per_block)
+    target = _resident_blocks(device, ARG_SPLIT_BLOCK)
+    if dt not in _table().ARG_SPLIT_DTYPES or n_out > FEW_LONG_ROWS or blocks * 4 > target:
+        return None
+    S = min(-(-target // n_out), _MAX_SPLITS, L // ARG_SPLIT_MIN_PART)
+    if S < 2:
+        return None
+    first = Launch(FAMILY, _kname("argsplit", op, dt, "uint32", W), (n_out, S, 1), (ARG_SPLIT_BLOCK, 1, 1), 0, 2,
+                   arg_tail(n_out, L, st, kept, ARG_SPLIT_BLOCK), (inp(0), tmp(0)))
+    group, block = _group(S, W)
+    second = Launch(FAMILY, _kname("argpairs", op, dt, "uint32", W), (-(-n_out // (block // group)), 1, 1),
+                    (block, 1, 1), 0, 2, arg_tail(n_out, S, 1, ((), ()), group), (tmp(0), out(0)))
+    return Plan((first, second), temps=(n_out * S * 8,))   # (float, uint32) pairs
+
+
 def plan_arg_reduce(node, device):
     if len(node.ins) != 1 or len(node.outs) != 1 or len(node.params) != 2:
         return None
@@ -398,6 +421,9 @@ def plan_arg_reduce(node, device):
         V = 16 // ITEMSIZE[dt]
         units = -(-L // V) if st == 1 else L
         group, block = _group(units, W)
+        split = _arg_split(op, dt, n_out, L, st, kept, block // group, device, W)
+        if split is not None:
+            return split
         name, tail_group = _kname("argrow", op, dt, "uint32", W), group
     else:
         name, group, block = _kname("argcol", op, dt, "uint32"), 1, 256
