@@ -14,7 +14,9 @@ Planning, per node (pure, cached by the evaluator):
      writes a partial (accumulator type) to a temporary laid out [output][split], and a
      second row pass over it finishes. Deterministic: no atomics, fixed order.
 ArgReduce: one group of threads per output along the axis (``argrow``: contiguous axis
-or few outputs), one thread per output (``argcol``: coalesced over the kept dims).
+or few outputs), one thread per output (``argcol``: coalesced over the kept dims); a few
+long float rows (a row of logits) in parts over many blocks, then the best of the parts
+(``argsplit`` + ``argpairs``).
 """
 
 from __future__ import annotations
