@@ -105,6 +105,18 @@ def test_layouts(gpu_runtime, fresh_jit, dt):
     assert y.shape == (0, 4)
 
 
+@pytest.mark.parametrize("dt", [mx.bfloat16, mx.float32], ids=["bfloat16", "float32"])
+def test_dense_offsets_and_tails(gpu_runtime, fresh_jit, dt):
+    """The dense kernel's vector body (16-byte aligned operands) and its element path (an
+    operand at an odd element offset), with tails that are not a whole group."""
+    cf = mx.compile(lambda a, b: nn.silu(a) * b)
+    for n in (1000, 1003, 4096 * 33 + 5):
+        for off_a, off_b in ((0, 0), (1, 0), (0, 3), (8, 8)):
+            a = rnd((n + 8,), dt)[off_a:off_a + n]
+            b = rnd((n + 8,), dt)[off_b:off_b + n]
+            check_compiled(cf, a, b, what=f"n {n} offsets {off_a} {off_b}")
+
+
 def test_edge_values(gpu_runtime, fresh_jit):
     x = mx.array([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-30, -1e30, 65504.0, 7e-8])
     cf = mx.compile(lambda a, b: (mx.exp(a) - b, mx.maximum(a, b) * 2, mx.sigmoid(a) + b))
