@@ -12,7 +12,8 @@ half Broadcast views of fresh scalar constants; kernel time negligible), evaluat
   * steady state with the multiplier's value new each evaluation: every multiply kernel gets
     another constant address (graph-node updates on CUDA);
   * steady state with eager launches (no CUDA/HIP graph: HIP's default), per launched node
-    against the driver's own launch cost (the same kernel launched from a native loop);
+    against the driver's own launch cost (the same kernel launched from a native loop), and
+    the same for the chain on full-size operands (launches only: no views, no fresh leaves);
 next to MLX's own CPU evaluation of the same graph. Rows: microseconds per graph node.
 """
 
@@ -32,14 +33,17 @@ from harness import Bench  # noqa: E402
 from mlx_amd.runtime import bridge  # noqa: E402
 
 
-def chain(x, n, variant=-1, scale=1.0001):
+def chain(x, n, variant=-1, scale=1.0001, operands=None):
+    """``operands``: two arrays of x's shape to multiply and add instead of fresh Python
+    scalars (no Broadcast views, no new constant leaves: launches only)."""
+    s, h = operands if operands is not None else (scale, 0.5)
     for i in range(n // 2):
-        x = x * scale
-        x = (x - 0.5) if i == variant else (x + 0.5)   # another structure per variant
+        x = x * s
+        x = (x - h) if i == variant else (x + h)   # another structure per variant
     return x
 
 
-def time_eval(n, evaluate, reps, fresh=False, moving=False):
+def time_eval(n, evaluate, reps, fresh=False, moving=False, operands=None):
     """Median seconds per evaluation of a chain of n ops, and its node count. ``moving``:
     the multiplier's value changes every evaluation (same structure), so its constant's
     device copy moves and every multiply's kernel changes an argument (a graph replay
@@ -52,7 +56,8 @@ def time_eval(n, evaluate, reps, fresh=False, moving=False):
     # 10k-op rows timed 5 evaluations after two, so their median was an eager replay)
     warm = 3 + bridge.graph_after()
     for r in range(reps + warm):
-        y = chain(x, n, variant=r if fresh else -1, scale=1.0001 + (r * 1e-6 if moving else 0.0))
+        y = chain(x, n, variant=r if fresh else -1, scale=1.0001 + (r * 1e-6 if moving else 0.0),
+                  operands=operands)
         nodes = len(bridge.Graph([y]))
         t = time.perf_counter()
         evaluate(y)
@@ -108,9 +113,15 @@ def main():
         # eager replays (kernel by kernel from the native loop: HIP's default) against the
         # driver's own launch cost, timed in a native loop of the chain's own multiply kernel
         launches = _gpu_nodes(ev, lambda: mx.eval(chain(mx.array(np.ones(16, np.float32)), n)))
+        # the same with full-size operands: the chain's launches without its Broadcast views
+        # and fresh scalar leaves (half its nodes, and under the null runtime most of its cost)
+        ops = (mx.full((16,), 1.0001), mx.full((16,), 0.5))
+        mx.eval(*ops)
+        launches_full = _gpu_nodes(ev, lambda: mx.eval(chain(mx.array(np.ones(16, np.float32)), n, operands=ops)))
         ev.graphs, graphs = False, ev.graphs
         try:
             eager, _ = time_eval(n, mx.eval, reps)
+            eager_full, nodes_full = time_eval(n, mx.eval, reps, operands=ops)
         finally:
             ev.graphs = graphs
         driver_launch = _driver_launch(ev, launches)
@@ -154,6 +165,14 @@ def main():
         b.row(f"eval overhead {nodes} nodes steady, eager launches (no graph)", us(eager), "us/node",
               "the same with the replay as one CUDA/HIP graph, same run", us(ours), higher_is_better=False)
         b.row(f"eager replay {nodes} nodes, host time per launched node", per_launch, "us/launch",
+              "the driver's own launch cost (the same kernel launched in a native loop), same run",
+              driver_launch * 1e6, higher_is_better=False)
+        per_launch_full = eager_full / launches_full * 1e6
+        print(f"  eager replay, full-size operands: {per_launch_full:.2f} us per launched node "
+              f"({launches_full} launches, {nodes_full} nodes): ours {per_launch_full - driver_launch * 1e6:.2f} "
+              f"us per launch above the driver")
+        b.row(f"eager replay {launches_full} ops with full-size operands, host time per launched node",
+              per_launch_full, "us/launch",
               "the driver's own launch cost (the same kernel launched in a native loop), same run",
               driver_launch * 1e6, higher_is_better=False)
         b.row(f"eval overhead {nodes} nodes first sighting", us(first), "us/node",
