@@ -402,23 +402,44 @@ MLXA_DEVICE ArgPair<T> xor_shuffle(ArgPair<T> p, int m) {
   return ArgPair<T>{xor_shuffle<W>(p.v, m), (uint32_t)wave_shfl_xor<W>((int)p.i, m)};
 }
 
+// No element yet: any element is preferable (arg_better's index rule beats 0xffffffff).
+template <bool IsMax, typename A>
+MLXA_DEVICE ArgPair<A> arg_none() {
+  return ArgPair<A>{IsMax ? lowest<A>() : highest<A>(), 0xffffffffu};
+}
+
 template <bool IsMax, typename In, int W>
-MLXA_DEVICE void arg_row(const ArgReduceArgs& a) {
+MLXA_DEVICE ArgPair<compute_t<In>> arg_combine_group(ArgPair<compute_t<In>> acc, int G, ArgPair<compute_t<In>>* scratch) {
+  return group_reduce<W>(acc, G, scratch, [](ArgPair<compute_t<In>> x, ArgPair<compute_t<In>> y) {
+    return arg_combine<IsMax>(x, y);
+  });
+}
+
+// The best (value, index) of output o's row over [i0, i1), found by the G threads of a
+// group (this one is `lane`) and combined over the group (arg_row, arg_split).
+template <bool IsMax, typename In, int W>
+MLXA_DEVICE ArgPair<compute_t<In>> arg_best(const ArgReduceArgs& a, int64_t o, int64_t i0, int64_t i1, int lane,
+                                            int G, ArgPair<compute_t<In>>* scratch) {
   using A = compute_t<In>;
   using P = ArgPair<A>;
-  __shared__ P scratch[32];
-  const int G = a.group;
-  const int lane = (int)threadIdx.x % G;
-  const int64_t o = (int64_t)blockIdx.x * (int64_t)(blockDim.x / G) + (int64_t)threadIdx.x / G;
-  P acc{IsMax ? lowest<A>() : highest<A>(), 0xffffffffu};
+  P acc = arg_none<IsMax, A>();
   if (o < a.n_out) {
     const In* p = (const In*)a.in + dims_offset(o, a.kept_ndim, a.kept_shape, a.kept_strides, a.n_out <= 0x7fffffffll);
-    walk_row(p, 0, a.axis_len, a.axis_stride, lane, G, [&](int64_t i, In x) {
+    walk_row(p, i0, i1, a.axis_stride, lane, G, [&](int64_t i, In x) {
       const A v = widen(x);
       if (arg_better<IsMax>(v, (uint32_t)i, acc.v, acc.i)) acc = P{v, (uint32_t)i};
     });
   }
-  acc = group_reduce<W>(acc, G, scratch, [](P x, P y) { return arg_combine<IsMax>(x, y); });
+  return arg_combine_group<IsMax, In, W>(acc, G, scratch);
+}
+
+template <bool IsMax, typename In, int W>
+MLXA_DEVICE void arg_row(const ArgReduceArgs& a) {
+  __shared__ ArgPair<compute_t<In>> scratch[32];
+  const int G = a.group;
+  const int lane = (int)threadIdx.x % G;
+  const int64_t o = (int64_t)blockIdx.x * (int64_t)(blockDim.x / G) + (int64_t)threadIdx.x / G;
+  const auto acc = arg_best<IsMax, In, W>(a, o, 0, a.axis_len, lane, G, scratch);
   if (o < a.n_out && lane == 0) ((uint32_t*)a.out)[o] = acc.i == 0xffffffffu ? 0u : acc.i;
 }
 
@@ -428,40 +449,29 @@ MLXA_DEVICE void arg_row(const ArgReduceArgs& a) {
 // (arg_pairs) takes the best of each row's pairs. Same rule, so the same index as arg_row.
 template <bool IsMax, typename In, int W>
 MLXA_DEVICE void arg_split(const ArgReduceArgs& a) {
-  using A = compute_t<In>;
-  using P = ArgPair<A>;
-  __shared__ P scratch[32];
+  __shared__ ArgPair<compute_t<In>> scratch[32];
   const int64_t o = blockIdx.x, S = gridDim.y, k = blockIdx.y;
   const int64_t part = (a.axis_len + S - 1) / S;
   const int64_t i0 = k * part < a.axis_len ? k * part : a.axis_len;
   const int64_t i1 = i0 + part < a.axis_len ? i0 + part : a.axis_len;
-  P acc{IsMax ? lowest<A>() : highest<A>(), 0xffffffffu};
-  if (o < a.n_out) {
-    const In* p = (const In*)a.in + dims_offset(o, a.kept_ndim, a.kept_shape, a.kept_strides, a.n_out <= 0x7fffffffll);
-    walk_row(p, i0, i1, a.axis_stride, (int)threadIdx.x, (int)blockDim.x, [&](int64_t i, In x) {
-      const A v = widen(x);
-      if (arg_better<IsMax>(v, (uint32_t)i, acc.v, acc.i)) acc = P{v, (uint32_t)i};
-    });
-  }
-  acc = group_reduce<W>(acc, (int)blockDim.x, scratch, [](P x, P y) { return arg_combine<IsMax>(x, y); });
-  if (o < a.n_out && threadIdx.x == 0) ((P*)a.out)[o * S + k] = acc;
+  const auto acc = arg_best<IsMax, In, W>(a, o, i0, i1, (int)threadIdx.x, (int)blockDim.x, scratch);
+  if (o < a.n_out && threadIdx.x == 0) ((ArgPair<compute_t<In>>*)a.out)[o * S + k] = acc;
 }
 
 // pass 2: a.in holds n_out rows of axis_len pairs; a group of a.group threads a row
 template <bool IsMax, typename In, int W>
 MLXA_DEVICE void arg_pairs(const ArgReduceArgs& a) {
-  using A = compute_t<In>;
-  using P = ArgPair<A>;
+  using P = ArgPair<compute_t<In>>;
   __shared__ P scratch[32];
   const int G = a.group;
   const int lane = (int)threadIdx.x % G;
   const int64_t o = (int64_t)blockIdx.x * (int64_t)(blockDim.x / G) + (int64_t)threadIdx.x / G;
-  P acc{IsMax ? lowest<A>() : highest<A>(), 0xffffffffu};
+  P acc = arg_none<IsMax, compute_t<In>>();
   if (o < a.n_out) {
     const P* p = (const P*)a.in + o * a.axis_len;
     for (int64_t j = lane; j < a.axis_len; j += G) acc = arg_combine<IsMax>(acc, p[j]);
   }
-  acc = group_reduce<W>(acc, G, scratch, [](P x, P y) { return arg_combine<IsMax>(x, y); });
+  acc = arg_combine_group<IsMax, In, W>(acc, G, scratch);
   if (o < a.n_out && lane == 0) ((uint32_t*)a.out)[o] = acc.i == 0xffffffffu ? 0u : acc.i;
 }
 
