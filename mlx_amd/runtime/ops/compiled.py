@@ -458,7 +458,7 @@ JD void body_v(const Args& a, long long g) {{
 extern "C" __global__ void {name}_c(Args a) {{
   const long long step = (long long)gridDim.x * blockDim.x, t0 = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   long long done = 0;
-  if ({" && ".join(vcheck) if VECTOR and vcheck else "false"}) {{
+  if ({" && ".join(vcheck) if VECTOR else "false"}) {{
     const long long groups = a.n / V;
     for (long long g = t0; g < groups; g += step) body_v(a, g);
     done = groups * V;
