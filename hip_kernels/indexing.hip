@@ -297,19 +297,21 @@ MLXA_DEVICE void scatter_axis(const AxisArgs& a) {
 }
 
 // ---- slices ----------------------------------------------------------------------------
-template <typename T, typename Op, typename IdxT>
-MLXA_DEVICE void slice(const SliceArgs& a) {
+// Grp: the 16-byte group path compiled in (the twin kernel leaves it out: two of its
+// local index tables went to scratch on gfx908/gfx90a; cache writes are small)
+template <typename T, typename Op, typename IdxT, bool Grp = true, class S>
+MLXA_DEVICE void slice(const void* a_data, const void* a_start, void* a_out, const S& a) {
   constexpr int V = 16 / sizeof(T);
   int64_t dyn = 0;
 #pragma unroll
   for (int k = 0; k < MLXA_DYN_MAX_AXES; ++k)
     if (k < a.n_dyn)
-      dyn += clamp_index(load_index(a.start, k * a.start_stride, a.start_kind), a.dyn_hi[k]) * a.dyn_strides[k];
-  const T* data = (const T*)a.data + (a.dyn_side == 0 ? dyn : 0);
-  T* out = (T*)a.out + (a.dyn_side == 1 ? dyn : 0);
+      dyn += clamp_index(load_index(a_start, k * a.start_stride, a.start_kind), a.dyn_hi[k]) * a.dyn_strides[k];
+  const T* data = (const T*)a_data + (a.dyn_side == 0 ? dyn : 0);
+  T* out = (T*)a_out + (a.dyn_side == 1 ? dyn : 0);
   const int64_t* const st[2] = {a.strides[0], a.strides[1]};
   const uintptr_t bases[2] = {(uintptr_t)data, (uintptr_t)out}, align[2] = {16, 16};
-  if (a.vec > 1 && a.strides[1][0] == 1 && vector_groups<V, 2>(a.ndim, a.shape, st, bases, align, 0, 1)) {
+  if (Grp && a.vec > 1 && a.strides[1][0] == 1 && vector_groups<V, 2>(a.ndim, a.shape, st, bases, align, 0, 1)) {
     const Grouped<V, 2> g(a.shape, st);
     const int64_t* const gst[2] = {g.st[0], g.st[1]};
     const bool unit = a.strides[0][0] == 1;
@@ -455,8 +457,19 @@ MLXA_DEVICE void masked_scatter(const MaskedArgs& a) {
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(MLXA_IDX_BLOCK) name(AxisArgs a) {               \
     mlxa::idx::scatter_axis<T, mlxa::idx::Op, IdxT>(a);                                \
   }
-#define MLXA_SLICE(name, T, Op, IdxT) \
-  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(MLXA_IDX_BLOCK) name(SliceArgs a) { mlxa::idx::slice<T, mlxa::idx::Op, IdxT>(a); }
+#define MLXA_SLICE(name, T, Op, IdxT)                                                  \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(MLXA_IDX_BLOCK) name(SliceArgs a) {               \
+    mlxa::idx::slice<T, mlxa::idx::Op, IdxT>(a.data, a.start, a.out, a);                \
+  }
+// Two slice copies (blockIdx.y 0: the first, 1: the second), each over the grid's x extent.
+// The parameters lay out as a SliceArgs for the first after the second's pointers, then
+// the second's shape.
+#define MLXA_SLICE_TWIN(name, T, IdxT)                                                            \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(MLXA_IDX_BLOCK) name(const void* data1, const void* start1, \
+                                                           void* out1, SliceArgs a, SliceShape b) { \
+    if (blockIdx.y == 0) mlxa::idx::slice<T, mlxa::idx::None, IdxT, false>(a.data, a.start, a.out, a); \
+    else mlxa::idx::slice<T, mlxa::idx::None, IdxT, false>(data1, start1, out1, b);                \
+  }
 
 #define MLXA_MASKED_COUNT(name) \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(MLXA_MASKED_THREADS) name(MaskedArgs a) { mlxa::idx::masked_count(a); }

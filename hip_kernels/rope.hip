@@ -17,10 +17,10 @@ template <typename T> MLXA_DEVICE float rnd(float v) { return (float)widen(cast<
 // One work item: position l, pair (or tail element) j, heads [h0, h0 + head_chunk). The
 // angle's exp/cos/sin cost more than the item's memory traffic, so the launcher gives an
 // item several heads when there are enough items to fill the GPU without it.
-template <typename T>
-MLXA_DEVICE void rope_items(const RopeArgs& a) {
-  const T* x = (const T*)a.x;
-  T* out = (T*)a.out;
+template <typename T, class S>
+MLXA_DEVICE void rope_items(const void* xp, const void* offset, const void* freqs, void* outp, const S& a) {
+  const T* x = (const T*)xp;
+  T* out = (T*)outp;
   const int chunks = (a.n_heads + a.head_chunk - 1) / a.head_chunk;
   const int64_t nthreads = grid_threads<int64_t>();
   for (int64_t i = global_thread<int64_t>(); i < a.total; i += nthreads) {
@@ -39,9 +39,9 @@ MLXA_DEVICE void rope_items(const RopeArgs& a) {
       for (int h = h0; h < h1; ++h) ob[h * out_head + k] = xb[h * a.stride_n + k * a.stride_d];
       continue;
     }
-    const int off = ((const int32_t*)a.offset)[bi * a.offset_stride];
+    const int off = ((const int32_t*)offset)[bi * a.offset_stride];
     const float pos = __fmul_rn((float)l + (float)off, a.scale);
-    const float inv = a.has_freqs ? 1.0f / ((const float*)a.freqs)[j * a.freqs_stride]
+    const float inv = a.has_freqs ? 1.0f / ((const float*)freqs)[j * a.freqs_stride]
                                   : expf(__fmul_rn(-(float)j, a.inv_freq_log));
     const float theta = __fmul_rn(pos, inv);
     const float c = rnd<T>(cosf(theta)), s = rnd<T>(sinf(theta));
@@ -62,9 +62,20 @@ MLXA_DEVICE void rope_items(const RopeArgs& a) {
 
 }  // namespace mlxa::rope
 
-#define MLXA_ROPE(name, T)                                            \
-  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(RopeArgs a) {         \
-    mlxa::rope::rope_items<T>(a);                                     \
+#define MLXA_ROPE(name, T)                                                 \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(RopeArgs a) {              \
+    mlxa::rope::rope_items<T>(a.x, a.offset, a.freqs, a.out, a);           \
+  }
+
+// Two rotations (blockIdx.y 0: the first, 1: the second), each over the grid's x extent.
+// The parameters lay out as a RopeArgs for the first after the second's pointers, then the
+// second's shape.
+#define MLXA_ROPE_TWIN(name, T)                                                                \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(const void* x1, const void* offset1,           \
+                                                const void* freqs1, void* out1, RopeArgs a,    \
+                                                RopeShape b) {                                 \
+    if (blockIdx.y == 0) mlxa::rope::rope_items<T>(a.x, a.offset, a.freqs, a.out, a);          \
+    else mlxa::rope::rope_items<T>(x1, offset1, freqs1, out1, b);                              \
   }
 
 #include "rope.inc"

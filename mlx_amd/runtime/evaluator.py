@@ -38,7 +38,7 @@ from .launch import Launch as _Launch
 from .launch import NativeLauncher as _NativeLauncher
 from .launch import _pointers
 from .launch import run as _launch
-from .ops import VIEW_PRIMITIVES, dispatch_table, pair_table, sibling_table  # noqa: F401  (VIEW_PRIMITIVES re-exported)
+from .ops import VIEW_PRIMITIVES, dispatch_table, pair_table, sibling_table, twin_table  # noqa: F401  (VIEW_PRIMITIVES re-exported)
 from .plan import ITEMSIZE as _ITEMSIZE
 from .plan import Layout
 from .plan import Memset as _Memset
@@ -59,7 +59,12 @@ SIBLINGS = sibling_table(DISPATCH) if os.environ.get("MLX_AMD_SIBLINGS", "1") !=
 # (primitive, primitive of a node reading its output as first input) -> family that plans
 # the two as one (an Add and the RMSNorm of its sum); the same switch
 PAIRS = pair_table(DISPATCH) if SIBLINGS else {}
+# primitive -> family that plans two independent nodes of it with equal parameters as one
+# (an attention's q and k RoPE, its k and v cache writes); the same switch
+TWINS = twin_table(DISPATCH) if SIBLINGS else {}
 MAX_SIBLINGS = 2   # siblings a node may take on (the kernels' QmvSibs)
+TWIN_WINDOW = 16   # nodes between twins at most (further apart: kept apart, their inputs and
+                   # outputs would live longer for one launch less)
 
 
 def _made_here(meta):
@@ -539,7 +544,9 @@ class Evaluator:
         """({first node: (sibling nodes...)}, {sibling: views to make first}, {first node:
         family}) of graph g (cached by its structure), or {} when it has none: nodes of a
         SIBLINGS primitive with equal parameters on the same first input, in order, up to
-        1 + MAX_SIBLINGS a group; and PAIRS, a node with the node reading its output first.
+        1 + MAX_SIBLINGS a group; PAIRS, a node with the node reading its output first; and
+        TWINS, a node with the next of its primitive and parameters whose inputs are there
+        when it runs (within TWIN_WINDOW nodes).
         Whether a group runs as one is its family's call (``plan_siblings``), at its first
         node."""
         fp = g.fingerprint
@@ -550,7 +557,7 @@ class Evaluator:
             self._sib_groups.clear()
         # most graphs have no node that could group: one cheap pass says so (first
         # sightings of new structures pay it per node)
-        grouping = set(SIBLINGS).union([second for _, second in PAIRS])
+        grouping = set(SIBLINGS).union([second for _, second in PAIRS], TWINS)
         if not any([n[0] in grouping for n in nodes]):
             self._sib_groups[fp] = {}
             return {}
@@ -570,7 +577,7 @@ class Evaluator:
             return k
 
         by_key: dict = {}
-        pairs = []
+        pairs, twin_nodes = [], {}
         for i, (prim, params, ins, outs) in enumerate(nodes):
             for o in outs:
                 made[o] = i
@@ -580,6 +587,8 @@ class Evaluator:
                 fam = PAIRS.get((nodes[made[ins[0]]][0], prim))
                 if fam is not None:
                     pairs.append((made[ins[0]], i, fam))
+            if prim in TWINS:
+                twin_nodes.setdefault((prim, params), []).append(i)
         groups, early, fams = {}, {}, {}
         taken = set()
         for i, f, fam in pairs:   # a node reading another's output first: planned with it
@@ -592,6 +601,34 @@ class Evaluator:
                 chunk = members[j: j + 1 + MAX_SIBLINGS]
                 if len(chunk) > 1:
                     groups[chunk[0]] = tuple(chunk[1:])
+        if twin_nodes:
+            # where each node runs: a group's members with its first (k and v projections
+            # with q's, ahead of q's RoPE in MLX's order)
+            at = {f: lead for lead, fs in groups.items() for f in fs}
+
+            def ready_at(slots, lead):
+                """Every slot computed before node ``lead`` runs (or a leaf), or a view of
+                one made later by single-input views (made early); not ``lead``'s output."""
+                for s in slots:
+                    while s in made and at.get(made[s], made[s]) > lead:
+                        m = made[s]
+                        if nodes[m][0] not in VIEW_PRIMITIVES or len(nodes[m][2]) != 1:
+                            return False
+                        s = nodes[m][2][0]
+                    if made.get(s) == lead:
+                        return False
+                return True
+
+            for members in twin_nodes.values():
+                k = 0
+                while k + 1 < len(members):
+                    i, f = members[k], members[k + 1]
+                    if f - i <= TWIN_WINDOW and i not in taken and f not in taken and ready_at(nodes[f][2], i):
+                        taken.update((i, f))
+                        groups[i], fams[i] = (f,), TWINS[nodes[i][0]]
+                        k += 2
+                    else:
+                        k += 1
         for lead, followers in groups.items():
             for f in followers:   # the views that make f's inputs (W.T, x reshaped), in order
                 views = []
@@ -1027,8 +1064,8 @@ class Evaluator:
                     nodes.append(_plan.Node(m_prim, as_tuple(m_params), ins[a: a + n_in], outs[b: b + n_out]))
                     a, b = a + n_in, b + n_out
                 plan = fam.plan_siblings(nodes, self.props)
-                if plan is not None and (plan.donate or plan.rebind is not None):
-                    raise ValueError("a sibling plan takes no donation and no rebind")
+                if plan is not None and plan.rebind is not None:
+                    raise ValueError("a sibling plan takes no rebind")
             else:
                 plan = fam.plan_node(_plan.Node(prim, p, ins, outs), self.props)
         except Exception as e:

@@ -191,6 +191,14 @@ def single(launch: Optional[Launch], **kw) -> Optional[Plan]:
     return Plan((launch,), **kw)
 
 
+def regroup(refs: tuple, n_ins: int, n_outs: int) -> tuple:
+    """A node's references as a later member of a group plan (plan_siblings), whose
+    inputs and outputs come after ``n_ins`` inputs and ``n_outs`` outputs of the ones
+    before it."""
+    shift = {"i": n_ins, "o": n_outs}
+    return tuple(Ref(r.kind, r.index + shift.get(r.kind, 0), r.offset) for r in refs)
+
+
 def default_refs(n_ins: int, n_outs: int = 1) -> tuple:
     """Inputs in order, then outputs: what a Launch without explicit refs points at."""
     return tuple(inp(i) for i in range(n_ins)) + tuple(out(i) for i in range(n_outs))

@@ -137,13 +137,16 @@ void Program::set_gpu(int64_t n, nb::tuple out_nbytes, nb::list donate,
   pn.out_nbytes.clear();
   for (auto o : out_nbytes) pn.out_nbytes.push_back(nb::cast<size_t>(o));
   if (pn.out_nbytes.size() != n_outs) bad("set_gpu: one byte size per output");
-  if (!pn.siblings.empty() && (donate.size() || !rebind.is_none())) {
-    bad("set_gpu: a node with siblings takes no donation and no rebind");
-  }
+  if (!pn.siblings.empty() && !rebind.is_none()) bad("set_gpu: a node with siblings takes no rebind");
   pn.donate.clear();
   for (auto d : donate) {
+    // (output, input) over the node's and then its siblings' (twin cache writes donate both)
     auto t = nb::cast<nb::tuple>(d);
-    pn.donate.emplace_back(nb::cast<int32_t>(t[0]), nb::cast<int32_t>(t[1]));
+    auto oj = nb::cast<int32_t>(t[0]), ii = nb::cast<int32_t>(t[1]);
+    if (oj < 0 || static_cast<size_t>(oj) >= n_outs || ii < 0 || static_cast<size_t>(ii) >= n_ins) {
+      bad("set_gpu: a donation pair outside the node's inputs and outputs");
+    }
+    pn.donate.emplace_back(oj, ii);
   }
   pn.written.clear();
   for (auto w : written) {
@@ -410,7 +413,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
   std::vector<RebindMemo> rebind_memo;
   std::vector<int64_t> rebind_key;
   std::vector<uintptr_t> in_ptrs, out_ptrs, ptrs;
-  std::vector<int64_t> out_slots;
+  std::vector<int64_t> in_slots, out_slots;   // the node's, then its siblings'
   std::vector<char> donated;
   std::vector<uintptr_t> taken_keys;
   std::string blob;
@@ -612,6 +615,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     }
     // siblings: each still to run, equivalent to its recording, its inputs resolved (their
     // addresses follow the node's own), its outputs after the node's
+    in_slots.assign(node.inputs.begin(), node.inputs.end());
     out_slots.assign(node.outputs.begin(), node.outputs.end());
     for (size_t k = 0; k < pn.siblings.size() && same; ++k) {
       const auto f = pn.siblings[k];
@@ -626,8 +630,14 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       }
       const auto& pf = prog.at(f, "replay");
       const mx::array& fa = *slots_[fnode.outputs[0]].arr;
-      same = same && !fnode.finished && pf.kind == PKind::Sibling && pf.type == &typeid(fa.primitive()) &&
-             (pf.prim.get() == &fa.primitive() || pf.prim->is_equivalent(fa.primitive()));
+      same = same && !fnode.finished && pf.kind == PKind::Sibling && pf.type == &typeid(fa.primitive());
+      if (same && pf.prim.get() != &fa.primitive() && !pf.prim->is_equivalent(fa.primitive())) {
+        // a twin cache write (SliceUpdate) moved by as much as the node's own: the shift
+        // that moves the node's output references moves its too
+        int64_t fshift = 0;
+        same = fnode.prim->cname == "SliceUpdate" && node.prim->cname == "SliceUpdate" &&
+               slice_update_shift(*pf.prim, fa.primitive(), fa, &fshift) && fshift == shift;
+      }
       for (size_t j = 0; j < fnode.outputs.size() && same; ++j) {
         const auto& o = *slots_[fnode.outputs[j]].arr;
         same = pf.out_shapes[j] == o.shape() && pf.out_dtypes[j] == o.dtype();
@@ -638,6 +648,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
         same = made_here(fnode.inputs[i]) || (same_layout(pf.ins[i], in) && address(in, &p));
         in_ptrs.push_back(p);
       }
+      in_slots.insert(in_slots.end(), fnode.inputs.begin(), fnode.inputs.end());
       out_slots.insert(out_slots.end(), fnode.outputs.begin(), fnode.outputs.end());
     }
     if (!same) {
@@ -655,7 +666,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       size_t nbytes = pn.out_nbytes[j];
       for (auto [oj, ii] : pn.donate) {
         if (oj != static_cast<int32_t>(j)) continue;
-        auto s_in = node.inputs[ii];
+        auto s_in = in_slots[ii];
         const mx::array& in = *slots_[s_in].arr;
         auto buf = in.buffer();
         auto key = reinterpret_cast<uintptr_t>(buf.ptr());

@@ -244,6 +244,42 @@ def test_kv_cache_step_in_place(gpu_runtime):
     np.testing.assert_array_equal(got, ref)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "uint8", "int64"])
+def test_kv_cache_twin_writes(gpu_runtime, dtype):
+    """k and v cache writes of one step (two SliceUpdates with equal parameters: the twin
+    kernel, one launch) in place step after step through replays, against numpy; the first
+    step's caches are not ours (copied first), an aliased pair is not donated twice; then
+    writes of different strides (a transposed k) and of different cache shapes (no twin)."""
+    from mlx_amd.runtime import context
+
+    B, H, T, D = 1, 4, 16, 32
+    rng = np.random.default_rng(34)
+    kc, vc = mx.zeros((B, H, T, D), getattr(mx, dtype)), mx.ones((B, H, T, D), getattr(mx, dtype))
+    mx.eval(kc, vc)
+    ref = [np.zeros((B, H, T, D)), np.ones((B, H, T, D))]
+    before = context.get_runtime().evaluator.replays
+    for t in range(6):
+        kv = mx.array(rng.integers(0, 9, size=(B, 1, 2 * H * D)).astype(np.float32)).astype(getattr(mx, dtype))
+        k = kv[..., :H * D].reshape(B, 1, H, D).transpose(0, 2, 1, 3)
+        v = kv[..., H * D:].reshape(B, 1, H, D).transpose(0, 2, 1, 3)
+        if t == 4:
+            k = k.transpose(0, 1, 2, 3)[..., ::-1]   # another layout for one of them
+        kc[..., t:t + 1, :] = k
+        vc[..., t:t + 1, :] = v
+        mx.eval(kc[..., :t + 1, :] + 0, vc[..., :t + 1, :] + 0)
+        ref[0][:, :, t:t + 1, :] = np.array(k.astype(mx.float32))
+        ref[1][:, :, t:t + 1, :] = np.array(v.astype(mx.float32))
+    assert context.get_runtime().evaluator.replays > before
+    np.testing.assert_array_equal(np.array(kc.astype(mx.float32)), ref[0])
+    np.testing.assert_array_equal(np.array(vc.astype(mx.float32)), ref[1])
+    # twin candidates the plan refuses or that share a buffer: each as MLX computes them
+    check_gpu(lambda a, b, u: (_assign((slice(None), slice(1, 2)))(a, u), _assign((slice(None), slice(1, 2)))(b, u)),
+              arr((3, 4, 8), dtype, 35), arr((3, 6, 8), dtype, 36), arr((3, 1, 8), dtype, 37),
+              prims=("SliceUpdate",), what="other shapes")
+    check_gpu(lambda a, u: (_assign((slice(None), slice(1, 2)))(a, u), _assign((slice(None), slice(1, 2)))(a, u * 2)),
+              arr((3, 4, 8), dtype, 38), arr((3, 1, 8), dtype, 39), prims=("SliceUpdate",), what="one source")
+
+
 def test_slice_update_empty(gpu_runtime):
     check_gpu(_assign((slice(2, 2),)), arr((4, 3), "float32"), mx.zeros((0, 3)))
 

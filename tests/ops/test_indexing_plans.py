@@ -16,7 +16,7 @@ from mlx_amd.runtime import kernel_table as kt
 from mlx_amd.runtime.driver.base import DeviceProperties
 from mlx_amd.runtime.launch import Launch
 from mlx_amd.runtime.ops import indexing as ix
-from mlx_amd.runtime.plan import ITEMSIZE, Layout, Node, Plan, row_strides
+from mlx_amd.runtime.plan import ITEMSIZE, Layout, Node, Plan, inp, out as out_ref, row_strides
 from cprobe import probe_output
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,6 +52,8 @@ int main() {
   Z(SliceArgs) F(SliceArgs, data) F(SliceArgs, start) F(SliceArgs, out) F(SliceArgs, n) F(SliceArgs, strides)
   F(SliceArgs, start_stride) F(SliceArgs, dyn_strides) F(SliceArgs, dyn_hi) F(SliceArgs, shape)
   F(SliceArgs, ndim) F(SliceArgs, n_dyn) F(SliceArgs, dyn_side) F(SliceArgs, start_kind) F(SliceArgs, vec)
+  struct SliceTwin { const void* p[3]; SliceArgs a; SliceShape b; };   // the twin kernel's parameters
+  Z(SliceShape) Z(SliceTwin) F(SliceTwin, a) F(SliceTwin, b) F(SliceShape, n) F(SliceShape, vec)
   std::printf("MAX arrays %d\n", MLXA_IDX_MAX_ARRAYS);
   std::printf("MAX dyn %d\n", MLXA_DYN_MAX_AXES);
   std::printf("MAX dims %d\n", MLXA_MAX_DIMS);
@@ -107,6 +109,36 @@ def test_struct_sizes_match_c(c_layout):
             assert c[(name, f)] == off, (name, f)
             off += struct.calcsize("<" + fmt)
         assert off + (4 if name != "AxisArgs" else 0) == size, name   # pad_
+
+
+def test_slice_twin_layout_and_plan(c_layout):
+    """The twin kernel's parameters: the second write's three pointers, the first's
+    SliceArgs, the second's shape (the fields after SliceArgs' pointers); its plan donates
+    or copies each cache as one write alone would, and moves nothing else."""
+    c = c_layout
+    size = c[("SliceArgs", "sizeof")]
+    assert c[("SliceShape", "sizeof")] == size - 24 and c[("SliceShape", "n")] == 0
+    assert c[("SliceShape", "vec")] == c[("SliceArgs", "vec")] - 24
+    assert (c[("SliceTwin", "a")], c[("SliceTwin", "b")], c[("SliceTwin", "sizeof")]) == (24, 24 + size, 2 * size)
+    cache, step = R((1, 8, 64, 128), "bfloat16"), Layout.strided((1, 8, 1, 128), (8 * 128, 128, 1024, 1), "bfloat16")
+    params = (4, (0, 0, 5, 0), (1, 8, 6, 128), (1, 1, 1, 1))
+    su = Node("SliceUpdate", params, (cache, step), (cache,))
+    alone = ix.plan_node(su, DEV)
+    p = ix.plan_siblings([su, su], DEV)
+    (st,) = p.steps
+    assert st.kernel == "indexing_slice_twin_none_uint16_uint16" and st.grid[1] == 2 and st.n_ptrs == 6
+    assert st.tail == alone.steps[0].tail * 2
+    first = alone.steps[0].refs
+    assert st.refs[3:] == first and st.refs[:3] == tuple(r._replace(index=r.index + (2 if r.kind == "i" else 1))
+                                                         for r in first)
+    assert p.donate == ((0, 0), (1, 2)) and p.written == alone.written * 2
+    assert [j for j, _ in p.init] == [0, 1] and p.init[1][1][0].refs == (inp(2), out_ref(1))
+    # other cache shapes, a reduction, or another primitive: no twin
+    other = Node("SliceUpdate", params, (R((1, 8, 32, 128), "bfloat16"), step), (R((1, 8, 32, 128), "bfloat16"),))
+    assert ix.plan_siblings([su, other], DEV) is None
+    add = Node("SliceUpdate", (2,) + params[1:], (cache, step), (cache,))
+    assert ix.plan_siblings([add, add], DEV) is None
+    assert ix.plan_siblings([su], DEV) is None
 
 
 def test_table_is_lean_and_named():

@@ -25,8 +25,8 @@ def test_dispatch_and_tables():
     # rms/ln x r/l x 5 dtype pairs x 2 waves, and the residual add + rms (3 dtypes x 2 waves)
     assert len(names) == len(set(names)) == 40 + 6
     assert "norm_r_rms_bfloat16_float32_w64" in names
-    assert kt.kernel_names("rope") == ["rope_g_float32_float32", "rope_g_float16_float16",
-                                       "rope_g_bfloat16_bfloat16"]
+    assert kt.kernel_names("rope") == [f"rope_{k}_{d}_{d}" for d in ("float32", "float16", "bfloat16")
+                                       for k in ("g", "t")]
     for fam in ("norm", "rope"):
         src = kt.instantiation_source(fam)
         assert src.count("\n") == len(kt.kernel_names(fam)) + 1
@@ -169,6 +169,10 @@ int main() {
   F(RopeArgs, n_heads) F(RopeArgs, seq) F(RopeArgs, d) F(RopeArgs, half) F(RopeArgs, items)
   F(RopeArgs, offset_stride) F(RopeArgs, freqs_stride) F(RopeArgs, traditional)
   F(RopeArgs, has_freqs) F(RopeArgs, scale) F(RopeArgs, inv_freq_log) F(RopeArgs, head_chunk)
+  struct Twin { const void* p[4]; RopeArgs a; RopeShape b; };   // the twin kernel's parameters
+  std::printf("RopeShape.sizeof %zu\n", sizeof(RopeShape));
+  std::printf("Twin.sizeof %zu\n", sizeof(Twin));
+  F(Twin, a) F(Twin, b) F(RopeShape, stride_b) F(RopeShape, head_chunk)
 }
 """
 
@@ -184,6 +188,10 @@ def test_args_match_c(tmp_path):
         assert c["NormArgs." + f] == off, f
     for f, off in rp.ARG_FIELDS.items():
         assert c["RopeArgs." + f] == off, f
+    # the twin: the second's pointers, the first's RopeArgs, the second's shape (its tail)
+    assert c["Twin.sizeof"] == rp.TWIN_ARG_SIZE == 240 and (c["Twin.a"], c["Twin.b"]) == (32, 152)
+    assert c["RopeShape.sizeof"] == rp.ARG_SIZE - 32 and c["RopeShape.stride_b"] == 0
+    assert c["RopeShape.head_chunk"] == rp.ARG_FIELDS["head_chunk"] - 32
     blob = struct.pack("<QQQQ", 1, 2, 3, 4) + nm.pack_args(7, 9, 11, 3, 0.5)
     assert len(blob) == nm.ARG_SIZE
     assert struct.unpack_from("<qqiif", blob, 32) == (7, 9, 11, 3, 0.5)

@@ -83,3 +83,24 @@ def test_rope_head_chunks(gpu_runtime, dt, trad):
     x = rnd((B, L, H, D), dt, 8)
     oracle.check_gpu(lambda x, o: rope(x.transpose(0, 2, 1, 3), dims, trad, 10000.0, 1.0, o), x,
                      mx.array([3, 9], dtype=mx.int32), prims=P, what=f"{dt} trad={trad}", **TOL[dt])
+
+
+@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
+@pytest.mark.parametrize("trad", [False, True])
+def test_rope_twins(gpu_runtime, dt, trad):
+    # an attention's q and k: two RoPE nodes with equal parameters on views of one projection,
+    # each with its own offset array (mlx-lm passes the cache offset to both), run as one
+    # launch of the twin kernel; head counts and lengths differ, so do the grids
+    def qk(x, off):
+        B, L = x.shape[:2]
+        q = x[..., :8 * 32].reshape(B, L, 8, 32).transpose(0, 2, 1, 3)
+        k = x[..., 8 * 32:].reshape(B, L, 2, 32).transpose(0, 2, 1, 3)
+        return rope(q, 32, trad, 10000.0, 1.0, off), rope(k, 32, trad, 10000.0, 1.0, off)
+
+    for B, L, off in ((1, 1, 37), (2, 5, 0)):
+        x = rnd((B, L, 10 * 32), dt, 9)
+        oracle.check_gpu(qk, x, mx.array(off, dtype=mx.int32), prims=P, what=f"{dt} B={B} L={L}", **TOL[dt])
+    # different dims, or a second rotation whose input is made by the first: each alone
+    x = rnd((1, 3, 2, 32), dt, 10)
+    oracle.check_gpu(lambda x: (rope(x, 32, trad, offset=2), rope(x, 16, trad, offset=2)), x, prims=P, **TOL[dt])
+    oracle.check_gpu(lambda x: rope(rope(x, 32, trad, offset=2), 32, trad, offset=2), x, prims=P, **TOL[dt])

@@ -529,6 +529,12 @@ def _qkv_step(x, ws, t):
     # an attention's three projections of one x (decode matvecs), as mlx-lm writes them:
     # quantized, or x @ W.T (whose views of x and W the group makes early)
     xt = x * float(t + 1)
+    if ws == "rope":             # an attention's q and k rotations at the cache offset (twins)
+        q = xt.reshape(1, 1, 16, 32).transpose(0, 2, 1, 3)
+        k = xt[..., :256].reshape(1, 1, 8, 32).transpose(0, 2, 1, 3)
+        from mlx_amd import fastops   # our RoPE primitive (mx.fast.rope while enabled)
+
+        return [fastops._rope(a, 32, traditional=False, base=10000.0, scale=1.0, offset=t + 3) for a in (q, k)]
     if isinstance(ws, dict):     # a residual add and the norm of its sum (the pair's case)
         from mlx_amd import fastops   # our RMSNorm primitive (mx.fast.rms_norm while enabled)
 
@@ -539,18 +545,36 @@ def _qkv_step(x, ws, t):
     return [xt @ w.T for w in ws]
 
 
+def _grouping_evaluator(monkeypatch, on, graphs, tables):
+    """A null-runtime evaluator with the evaluator's grouping ``tables`` (SIBLINGS, PAIRS,
+    TWINS) on or empty, replays as CUDA/HIP graphs if ``graphs``."""
+    from profile_engine import make_runtime, null_graph_api
+
+    from mlx_amd.runtime import bridge as B
+    from mlx_amd.runtime import evaluator as E
+
+    make = {"SIBLINGS": E.sibling_table, "PAIRS": E.pair_table, "TWINS": E.twin_table}
+    for t in tables:
+        monkeypatch.setattr(E, t, make[t](E.DISPATCH) if on else {})
+    rt, _ = make_runtime(compute_units=132)
+    ev = rt.evaluator
+    if graphs:
+        B.set_graph_api(*null_graph_api(ev.native))
+        monkeypatch.setattr(ev, "graphs", True)
+    return ev
+
+
 @pytest.mark.parametrize("graphs", [False, True])
-@pytest.mark.parametrize("kind", ["quantized", "bf16", "addnorm"])
+@pytest.mark.parametrize("kind", ["quantized", "bf16", "addnorm", "rope"])
 def test_sibling_matvecs_run_as_one_launch_first_and_replayed(monkeypatch, graphs, kind):
     """QuantizedMatmul nodes on one x (q/k/v) run as one qmv_h2 launch (plan_siblings), at
     their first sightings in Python and in native replays alike, also as CUDA/HIP graph nodes;
     the siblings count as GPU nodes, and no replayed node goes back to Python. With
-    MLX_AMD_SIBLINGS off (an empty table) each is its own launch."""
-    from profile_engine import make_runtime, null_counts, null_graph_api
+    MLX_AMD_SIBLINGS off (an empty table) each is its own launch. The same for an Add and
+    the RMSNorm of its sum (a pair) and for q's and k's RoPE (twins)."""
+    from profile_engine import null_counts
 
-    from mlx_amd.runtime import bridge as B
     from mlx_amd.runtime import context
-    from mlx_amd.runtime import evaluator as E
 
     rng = np.random.default_rng(0)
     ws = []
@@ -563,19 +587,15 @@ def test_sibling_matvecs_run_as_one_launch_first_and_replayed(monkeypatch, graph
         ws = {"r": mx.array(rng.standard_normal((1, 1, 512)).astype(np.float32)).astype(mx.bfloat16),
               "w": mx.array(rng.standard_normal(512).astype(np.float32)).astype(mx.bfloat16)}
         mx.eval(ws["r"], ws["w"])
+    if kind == "rope":
+        ws = "rope"
     x = mx.array(rng.standard_normal((1, 1, 512)).astype(np.float32)).astype(mx.bfloat16)
     mx.eval(x)
     saved = context._runtime
     per_eval, stats = {}, {}
     try:
         for on in (False, True):
-            monkeypatch.setattr(E, "SIBLINGS", E.sibling_table(E.DISPATCH) if on else {})
-            monkeypatch.setattr(E, "PAIRS", E.pair_table(E.DISPATCH) if on else {})
-            rt, _ = make_runtime(compute_units=132)
-            ev = rt.evaluator
-            if graphs:
-                B.set_graph_api(*null_graph_api(ev.native))
-                monkeypatch.setattr(ev, "graphs", True)
+            ev = _grouping_evaluator(monkeypatch, on, graphs, ("SIBLINGS", "PAIRS", "TWINS"))
             counts = []
             for t in range(8):
                 before = null_counts(ev.native)
@@ -583,13 +603,14 @@ def test_sibling_matvecs_run_as_one_launch_first_and_replayed(monkeypatch, graph
                 after = null_counts(ev.native)
                 counts.append((after["launches"] - before["launches"], after["nodes"] - before["nodes"]))
             per_eval[on] = counts
-            prim = {"quantized": "QuantizedMatmul", "bf16": "Matmul", "addnorm": "mlx_amd::RMSNorm"}[kind]
+            prim = {"quantized": "QuantizedMatmul", "bf16": "Matmul", "addnorm": "mlx_amd::RMSNorm",
+                    "rope": "mlx_amd::RoPE"}[kind]
             stats[on] = (ev.replays, ev.replay_python, ev.stats.by_prim[prim]["gpu"])
     finally:
         context._runtime = saved
     # each evaluation: the scaling of x, then one launch for three matvecs (or three)
     first_off, first_on = per_eval[False][0][0], per_eval[True][0][0]
-    assert first_off - first_on == (1 if kind == "addnorm" else 2), per_eval
+    assert first_off - first_on == (2 if kind in ("quantized", "bf16") else 1), per_eval
     if not graphs:
         assert [c[0] for c in per_eval[True]] == [first_on] * 8, per_eval
         assert [c[0] for c in per_eval[False]] == [first_off] * 8, per_eval
@@ -598,7 +619,8 @@ def test_sibling_matvecs_run_as_one_launch_first_and_replayed(monkeypatch, graph
         assert sum(c[1] for c in per_eval[False]) == first_off, per_eval
     for on in (False, True):
         replays, python_nodes, gpu_nodes = stats[on]
-        assert replays >= 6 and python_nodes == 0 and gpu_nodes == (1 if kind == "addnorm" else 3) * 8, stats
+        n = {"addnorm": 1, "rope": 2}.get(kind, 3)
+        assert replays >= 6 and python_nodes == 0 and gpu_nodes == n * 8, stats
 
 
 def test_a_sibling_whose_input_comes_later_runs_alone(monkeypatch):
@@ -714,3 +736,50 @@ def test_graph_segments_come_from_the_environment(monkeypatch):
     finally:
         context._runtime = saved_rt
         bridge.set_graph_segments(*saved)
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_twin_cache_writes_run_as_one_launch_and_move_in_replays(monkeypatch, graphs):
+    """An attention's k and v cache writes (two SliceUpdates with equal parameters, as
+    mlx-lm's KVCache makes them) run as one launch of the twin kernel, each cache donated;
+    replays move both writes to the next position natively (no node back in Python), also
+    as graph nodes. With the twins off: two launches."""
+    from profile_engine import null_counts
+
+    from mlx_amd.runtime import context
+
+    x = mx.array(np.arange(128, dtype=np.float32)).astype(mx.bfloat16)
+    mx.eval(x)
+    saved = context._runtime
+    per_eval, stats = {}, {}
+    try:
+        for on in (False, True):
+            ev = _grouping_evaluator(monkeypatch, on, graphs, ("TWINS",))
+            kc, vc = mx.zeros((1, 2, 16, 32), mx.bfloat16), mx.zeros((1, 2, 16, 32), mx.bfloat16)
+            mx.eval(kc, vc)
+            counts = []
+            for t in range(10):
+                kv = x * float(t + 1)   # k and v made before either write (a projection's)
+                k = kv[:64].reshape(1, 1, 2, 32).transpose(0, 2, 1, 3)
+                v = kv[64:].reshape(1, 1, 2, 32).transpose(0, 2, 1, 3)
+                kc[..., t:t + 1, :] = k
+                vc[..., t:t + 1, :] = v
+                before = null_counts(ev.native)
+                ev.eval([kc[..., :t + 1, :], vc[..., :t + 1, :]])
+                after = null_counts(ev.native)
+                counts.append((after["launches"] - before["launches"], after["nodes"] - before["nodes"]))
+            per_eval[on] = counts
+            stats[on] = (ev.replays, ev.replay_python, ev.stats.by_prim["SliceUpdate"]["gpu"])
+    finally:
+        context._runtime = saved
+    # the scaling and two cache writes: three launches, two with the twin; the first step
+    # also copies each cache (mx.zeros' buffers are not ours to donate), later ones donate
+    assert [c[0] for c in per_eval[False][:2]] == [5, 3] and [c[0] for c in per_eval[True][:2]] == [4, 2], per_eval
+    for on in (False, True):
+        steady = per_eval[on][1][0]
+        if not graphs:
+            assert all(c[0] == steady for c in per_eval[on][1:]), per_eval
+        else:   # graph nodes instead of launches once the program has a graph
+            assert all(c[0] + c[1] in (steady, 0) for c in per_eval[on][1:]), per_eval
+        replays, python_nodes, gpu_nodes = stats[on]
+        assert replays >= 8 and python_nodes == 0 and gpu_nodes == 2 * 10, stats

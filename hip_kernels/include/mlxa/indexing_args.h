@@ -70,22 +70,30 @@ struct AxisArgs {
 // over the slice shape. `start` holds the dynamic start indices (DynamicSlice*); each is
 // clamped to [0, dyn_hi] and scaled by dyn_strides, and the sum is added to the data
 // side (dyn_side 0: DynamicSlice reads) or the output side (1: DynamicSliceUpdate).
+//   n              slice elements
+//   strides        [0] data, [1] out
+//   start_stride   element stride of the start vector
+//   vec            16-byte groups allowed by the planner (0/1: none)
+#define MLXA_SLICE_SHAPE_FIELDS                    \
+  int64_t n;                                       \
+  int64_t strides[2][MLXA_MAX_DIMS];               \
+  int64_t start_stride;                            \
+  int64_t dyn_strides[MLXA_DYN_MAX_AXES];          \
+  int64_t dyn_hi[MLXA_DYN_MAX_AXES];               \
+  int32_t shape[MLXA_MAX_DIMS];                    \
+  int32_t ndim, n_dyn, dyn_side, start_kind, vec, pad_;
+
 struct SliceArgs {
   const void* data;
   const void* start;        // unused (a valid pointer) when n_dyn == 0
   void* out;
-  int64_t n;                // slice elements
-  int64_t strides[2][MLXA_MAX_DIMS];   // [0] data, [1] out
-  int64_t start_stride;     // element stride of the start vector
-  int64_t dyn_strides[MLXA_DYN_MAX_AXES];
-  int64_t dyn_hi[MLXA_DYN_MAX_AXES];
-  int32_t shape[MLXA_MAX_DIMS];
-  int32_t ndim;
-  int32_t n_dyn;
-  int32_t dyn_side;
-  int32_t start_kind;
-  int32_t vec;              // 16-byte groups allowed by the planner (0/1: none)
-  int32_t pad_;
+  MLXA_SLICE_SHAPE_FIELDS
+};
+
+// Two static slice updates in one launch (an attention's k and v cache writes): the
+// second's pointers first, then the first's SliceArgs, then the second's shape.
+struct SliceShape {
+  MLXA_SLICE_SHAPE_FIELDS
 };
 
 // MaskedScatter over (batch, inner): per batch b the k-th true mask element (row-major

@@ -11,25 +11,35 @@ extern "C" {
 // into N); out is the row-contiguous (B, N, L, D). Each work item is one rotated pair
 // (the first `half` items of a row) or one passed-through tail element (dims..D-1), for
 // head_chunk consecutive heads (the angle is computed once for all of them).
+//   stride_b, stride_n, stride_l, stride_d   elements
+//   total          B * ceil(N / head_chunk) * L * items
+//   n_heads, seq, d, half   N, L, D, dims / 2
+//   items          half + (D - dims)
+//   offset_stride  elements (0: one offset for every batch)
+//   freqs_stride   elements
+//   traditional    rotate (2i, 2i+1) instead of (i, i + half)
+//   scale, inv_freq_log   log(base) / half as float32 (default frequencies)
+//   head_chunk     heads per work item, >= 1
+#define MLXA_ROPE_SHAPE_FIELDS                                              \
+  int64_t stride_b, stride_n, stride_l, stride_d;                           \
+  int64_t total;                                                            \
+  int32_t n_heads, seq, d, half, items, offset_stride, freqs_stride;        \
+  int32_t traditional, has_freqs;                                           \
+  float scale, inv_freq_log;                                                \
+  int32_t head_chunk;
+
 struct RopeArgs {
   const void* x;
   const void* offset;      // int32, one per batch (offset_stride 1) or one (stride 0)
   const void* freqs;       // float32 (half,), read when has_freqs
   void* out;
-  int64_t stride_b, stride_n, stride_l, stride_d;   // elements
-  int64_t total;           // B * ceil(N / head_chunk) * L * items
-  int32_t n_heads;         // N
-  int32_t seq;             // L
-  int32_t d;               // D
-  int32_t half;            // dims / 2
-  int32_t items;           // half + (D - dims)
-  int32_t offset_stride;   // elements
-  int32_t freqs_stride;    // elements
-  int32_t traditional;     // rotate (2i, 2i+1) instead of (i, i + half)
-  int32_t has_freqs;
-  float scale;
-  float inv_freq_log;      // log(base) / half, as float32 (default frequencies)
-  int32_t head_chunk;      // heads per work item, >= 1
+  MLXA_ROPE_SHAPE_FIELDS
+};
+
+// Two rotations in one launch (an attention's q and k): the second's pointers first, then
+// the first's RopeArgs, then the second's shape (a launch's pointers come first).
+struct RopeShape {
+  MLXA_ROPE_SHAPE_FIELDS
 };
 
 }  // extern "C"

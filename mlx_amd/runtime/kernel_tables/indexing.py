@@ -4,6 +4,7 @@ Copies (gather, take_along_axis, scatter/put_along_axis without reduction, slice
 bits, so they are instantiated per element size under the unsigned type of that size;
 reductions (sum/prod/max/min) per dtype. 64-bit index variants (``_i64``) exist for the
 copies; reductions with more than 2^31 elements or offsets go to MLX's CPU.
+``slice_twin``: two slice copies in one launch (an attention's k and v cache writes).
 """
 
 BLOCK = 256   # MLXA_IDX_BLOCK
@@ -43,6 +44,8 @@ def entries(kt):
             yield n, f"MLXA_SCATTER_AXIS({n}, {c}, None, {it})"
             n = name(kt, "slice", "none", dt, large)
             yield n, f"MLXA_SLICE({n}, {c}, None, {it})"
+            n = name(kt, "slice_twin", "none", dt, large)
+            yield n, f"MLXA_SLICE_TWIN({n}, {c}, {it})"
     # MaskedScatter: count and scan do not depend on the data type; the scatter moves bits
     n = name(kt, "masked_count", None, "uint8")
     yield n, f"MLXA_MASKED_COUNT({n})"

@@ -6,8 +6,9 @@ node's signature, no GPU involved; None sends the node to MLX's CPU fallback.
 
 The evaluator dispatches on the union of the ``PRIMITIVES`` tables of every module in
 this package, discovered here, so a new family is a new file and nothing else changes.
-Optionally ``SIBLINGS`` / ``PAIRS_AFTER`` and ``plan_siblings(nodes, device)``: several
-nodes as one plan (``sibling_table``, ``pair_table``; docs/architecture.md).
+Optionally ``SIBLINGS`` / ``PAIRS_AFTER`` / ``TWINS`` and ``plan_siblings(nodes, device)``:
+several nodes as one plan (``sibling_table``, ``pair_table``, ``twin_table``;
+docs/architecture.md).
 A family with ``VERIFIED = False`` (written, compile- and CPU-checked, but not yet run by
 the GPU suite) is left out unless ``MLX_AMD_UNVERIFIED=1``: MLX's CPU fallback serves its
 primitives meanwhile.
@@ -82,3 +83,11 @@ def pair_table(dispatch: dict) -> dict:
                 if first in dispatch and second in dispatch:
                     out[(first, second)] = mod
     return out
+
+
+def twin_table(dispatch: dict) -> dict:
+    """MLX primitive class name -> family module that can plan two independent nodes of it
+    with equal parameters as one plan (its ``TWINS`` and ``plan_siblings``: an attention's
+    q and k rotations, its k and v cache writes), of those ``dispatch`` routes to it."""
+    return {prim: mod for prim, mod in dispatch.items()
+            if prim in getattr(mod, "TWINS", ()) and hasattr(mod, "plan_siblings")}

@@ -12,7 +12,9 @@ integers and order-dependent only in float rounding.
 Outputs that start as a copy of an input (scatters, slice updates) take that input's
 buffer when nobody else holds it (``Plan.donate``) and are otherwise initialised by a copy
 step (``Plan.init``, the copy family's kernel); a donated static SliceUpdate reports the
-byte hull of its slice as written, so a KV-cache step writes back only its slice.
+byte hull of its slice as written, so a KV-cache step writes back only its slice. Two
+static SliceUpdates with equal parameters on outputs of one shape (an attention's k and v
+cache writes, TWINS) run as one launch of the twin kernel (``plan_siblings``).
 
 MaskedScatter (``a[mask] = v``; per batch, the k-th true mask element takes src's k-th
 element) runs as count / scan / scatter kernels over tiles of the mask. MLX raises when
@@ -35,12 +37,15 @@ import os
 import struct
 
 from .. import kernel_table as kt
-from ..plan import ITEMSIZE, HostCall, Layout, Memset, Plan, compute_units, inp, out as out_ref, row_strides, tmp
+from ..plan import (ITEMSIZE, HostCall, Layout, Memset, Plan, compute_units, inp, out as out_ref, regroup,
+                    row_strides, tmp)
 from ..launch import Launch
 from . import copy as copy_ops
 from .elementwise import collapse_dims
 
 FAMILY = "indexing"
+
+TWINS = ("SliceUpdate",)
 
 PRIMITIVES = {
     "Gather": "gather", "GatherAxis": "gather_axis", "Scatter": "scatter",
@@ -577,3 +582,29 @@ def plan_node(node, device):
     if any(l.dtype not in ITEMSIZE for l in node.ins) or node.out.dtype not in ITEMSIZE:
         return None
     return fn(node, device)
+
+
+def plan_siblings(nodes, device):
+    """Two static SliceUpdates without reduction (TWINS: equal parameters, inputs there
+    together; an attention's k and v cache writes) as one launch of the twin kernel, each
+    output donated or first copied as alone; None unless the outputs have one shape (the
+    replay moves both writes by one offset) and each alone is one launch of the same kernel."""
+    if len(nodes) != 2 or any(n.prim != "SliceUpdate" for n in nodes) or nodes[0].out.shape != nodes[1].out.shape:
+        return None
+    plans = [_slice_update(n, device) for n in nodes]
+    if any(p is None or len(p.steps) != 1 or len(p.init) != 1 for p in plans):
+        return None
+    (a,), (b,) = plans[0].steps, plans[1].steps
+    dt = nodes[0].out.dtype
+    twin = None
+    for large in (False, True):
+        if a.kernel == b.kernel == _kernel("slice", None, dt, large):
+            twin = _table().name(kt, "slice_twin", "none", _table().BITS[ITEMSIZE[dt]], large)
+    if twin is None or not kt.has_kernel(FAMILY, twin):
+        return None
+    n0 = len(nodes[0].ins)
+    (_, (cp1,)), = plans[1].init
+    init = plans[0].init + ((1, (dataclasses.replace(cp1, refs=regroup(cp1.refs, n0, 1)),)),)
+    launch = Launch(FAMILY, twin, (max(a.grid[0], b.grid[0]), 2, 1), a.block, 0, 6, a.tail + b.tail,
+                    refs=regroup(b.refs, n0, 1) + a.refs)
+    return Plan((launch,), donate=((0, 0), (1, n0)), init=init, written=plans[0].written + plans[1].written)

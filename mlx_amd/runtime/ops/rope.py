@@ -7,6 +7,8 @@ input is a transposed (B, L, H, D) -> (B, H, L, D) view) as long as the dimensio
 between the batch and the sequence axes collapse to one stride; both layouts
 (traditional or not), dims < D (the tail passes through), given frequencies, scale.
 The output is row-contiguous. Anything else: None (MLX's decomposition on the CPU).
+Two RoPE nodes with equal parameters whose inputs are there together (an attention's q
+and k, TWINS) run as one launch of the twin kernel (``plan_siblings``).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import Plan, inp, out
+from ..plan import Plan, inp, out, regroup
 from . import elementwise as ew
 
 FAMILY = "rope"
 PRIMITIVES = {"mlx_amd::RoPE": "rope"}
+TWINS = ("mlx_amd::RoPE",)
 
 BLOCK = 256
 MAX_GRID = 1 << 20
@@ -30,6 +33,7 @@ MAX_GRID = 1 << 20
 FILL_ITEMS = 1 << 17
 _ARGS = struct.Struct("<qqqqq9iffi")     # RopeArgs after its four pointers
 ARG_SIZE = 32 + _ARGS.size
+TWIN_ARG_SIZE = 32 + ARG_SIZE + _ARGS.size   # the second's pointers, RopeArgs, the second's shape
 ARG_FIELDS = {"x": 0, "offset": 8, "freqs": 16, "out": 24, "stride_b": 32, "stride_n": 40,
               "stride_l": 48, "stride_d": 56, "total": 64, "n_heads": 72, "seq": 76, "d": 80,
               "half": 84, "items": 88, "offset_stride": 92, "freqs_stride": 96,
@@ -110,3 +114,22 @@ def plan_node(node, device):
     refs = (inp(0), inp(1), inp(2 if has_freqs else 1), out(0))
     name = t.kernel(kt, x.dtype)
     return Plan((Launch(FAMILY, name, (grid, 1, 1), (BLOCK, 1, 1), 0, 4, tail, refs=refs),))
+
+
+def plan_siblings(nodes, device):
+    """Two RoPE nodes (TWINS: equal parameters, inputs there together) as one launch of the
+    twin kernel, each rotation over its own blocks (grid y); None unless each alone would
+    be one launch of the same dtype's kernel."""
+    if len(nodes) != 2 or any(n.prim not in PRIMITIVES for n in nodes):
+        return None
+    plans = [plan_node(n, device) for n in nodes]
+    if any(p is None or len(p.steps) != 1 for p in plans):
+        return None
+    (a,), (b,) = plans[0].steps, plans[1].steps
+    if a.kernel != b.kernel:
+        return None
+    # the second's pointers (its inputs after the first's, its output the second), then the first's
+    second = regroup(b.refs, len(nodes[0].ins), 1)
+    name = kt.table(FAMILY).twin(kt, nodes[0].ins[0].dtype)
+    grid = (max(a.grid[0], b.grid[0]), 2, 1)
+    return Plan((Launch(FAMILY, name, grid, (BLOCK, 1, 1), 0, 8, a.tail + b.tail, refs=second + a.refs),))
