@@ -58,16 +58,17 @@ MLXA_DEVICE Packed<T, V> load_zero(const T* p, int base, int n, bool vec) {
 }
 
 // K > 0: the row in registers (packed); K == 0: loop, reading x again per pass.
-template <typename X, typename O, int W, int K, bool LN>
-MLXA_DEVICE void norm_row(const NormArgs& a) {
+template <typename X, typename O, int W, int K, bool LN, class S>
+MLXA_DEVICE void norm_row(const void* xp, const void* wp, const void* bp, void* outp, const S& a) {
   constexpr int V = vec_width<X, O>;
   __shared__ float scratch[512 / W];
   const int n = a.n, flags = a.flags;
   const int64_t row = blockIdx.x;
-  const X* x = (const X*)a.x + row * a.row_stride;
-  O* out = (O*)a.out + row * (int64_t)n;
-  const O* w = (const O*)a.w;
-  const O* b = (const O*)a.b;
+  if (row >= a.rows) return;   // the twin's grid covers the longer of its two (block-uniform)
+  const X* x = (const X*)xp + row * a.row_stride;
+  O* out = (O*)outp + row * (int64_t)n;
+  const O* w = (const O*)wp;
+  const O* b = (const O*)bp;
   const bool vx = ((uintptr_t)x & 15u) == 0, vo = ((uintptr_t)out & 15u) == 0;
   const bool vw = ((uintptr_t)w & 15u) == 0, vb = ((uintptr_t)b & 15u) == 0;
   const int step = blockDim.x * V;
@@ -207,9 +208,22 @@ MLXA_DEVICE void norm_add_row(const NormAddArgs& a) {
     MLXA_WAVE_KERNEL_BODY(W, (mlxa::norm::norm_add_row<T, W, K>(a)))           \
   }
 
-#define MLXA_NORM(name, X, O, W, K, LN)                                        \
-  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(512, 2) name(NormArgs a) {           \
-    MLXA_WAVE_KERNEL_BODY(W, (mlxa::norm::norm_row<X, O, W, K, LN>(a)))        \
+#define MLXA_NORM(name, X, O, W, K, LN)                                                   \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(512, 2) name(NormArgs a) {                      \
+    MLXA_WAVE_KERNEL_BODY(W, (mlxa::norm::norm_row<X, O, W, K, LN>(a.x, a.w, a.b, a.out, a))) \
+  }
+
+// Two norms (blockIdx.y 0: the first, 1: the second), a block per row of each. The
+// parameters lay out as a NormArgs for the first after the second's pointers, then the
+// second's shape.
+#define MLXA_NORM_TWIN(name, X, O, W, K, LN)                                                    \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(512, 2) name(const void* x1, const void* w1, const void* b1, \
+                                                       void* out1, NormArgs a, NormShape b) {   \
+    if (blockIdx.y == 0) {                                                                      \
+      MLXA_WAVE_KERNEL_BODY(W, (mlxa::norm::norm_row<X, O, W, K, LN>(a.x, a.w, a.b, a.out, a))) \
+    } else {                                                                                    \
+      MLXA_WAVE_KERNEL_BODY(W, (mlxa::norm::norm_row<X, O, W, K, LN>(x1, w1, b1, out1, b)))     \
+    }                                                                                           \
   }
 
 #include "norm.inc"

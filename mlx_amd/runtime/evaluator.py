@@ -619,6 +619,7 @@ class Evaluator:
                         return False
                 return True
 
+            # primitives in the order they first appear (a model's norms before its RoPE)
             for members in twin_nodes.values():
                 k = 0
                 while k + 1 < len(members):
@@ -626,6 +627,7 @@ class Evaluator:
                     if f - i <= TWIN_WINDOW and i not in taken and f not in taken and ready_at(nodes[f][2], i):
                         taken.update((i, f))
                         groups[i], fams[i] = (f,), TWINS[nodes[i][0]]
+                        at[f] = i   # (Qwen 3's k norm with q's: then k's RoPE can join q's)
                         k += 2
                     else:
                         k += 1

@@ -92,6 +92,26 @@ def test_rows_at_no_uniform_stride(gpu_runtime, dt):
     oracle.check_gpu(lambda q, w: mx.fast.layer_norm(q.transpose(0, 2, 1, 3), w, w, 1e-5), q, w, prims=LN)
 
 
+@pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
+def test_q_and_k_norm_twins(gpu_runtime, wave, dt):
+    # Qwen 3's q and k norms: two RMSNorms with equal parameters on views of the projections,
+    # one launch of the twin kernel (row counts differ: each block row checks its own); a
+    # one-token step, a short prompt, rows at a stride, and a pair that must stay apart
+    # (different eps)
+    def qk(x, wq, wk, eps2=1e-6):
+        B, L = x.shape[:2]
+        q = x[..., :8 * 64].reshape(B, L, 8, 64)
+        k = x[..., 8 * 64:].reshape(B, L, 2, 64)
+        return mx.fast.rms_norm(q, wq, 1e-6), mx.fast.rms_norm(k, wk, eps2)
+
+    wq, wk = rnd((64,), dt, 15), rnd((64,), dt, 16)
+    for shape in ((1, 1, 10 * 64), (2, 5, 10 * 64)):
+        oracle.check_gpu(qk, rnd(shape, dt, 17, 2.0), wq, wk, prims=RMS, what=f"{dt} {shape}")
+    wide = rnd((1, 3, 12 * 64), dt, 18)
+    oracle.check_gpu(lambda x, wq, wk: qk(x[..., :10 * 64], wq, wk), wide, wq, wk, prims=RMS, what="strided")
+    oracle.check_gpu(lambda x, wq, wk: qk(x, wq, wk, 1e-5), rnd((1, 1, 10 * 64), dt, 19), wq, wk, prims=RMS)
+
+
 def test_edge_values(gpu_runtime):
     x = rnd((6, 64), "float32", 10)
     x = mx.concatenate([x[:2], mx.full((1, 64), float("nan")), mx.zeros((1, 64)),

@@ -22,8 +22,9 @@ def test_dispatch_and_tables():
     d = dispatch_table()
     assert d["mlx_amd::RMSNorm"] is nm and d["mlx_amd::LayerNorm"] is nm and d["mlx_amd::RoPE"] is rp
     names = kt.kernel_names("norm")
-    # rms/ln x r/l x 5 dtype pairs x 2 waves, and the residual add + rms (3 dtypes x 2 waves)
-    assert len(names) == len(set(names)) == 40 + 6
+    # rms/ln x r/l x 5 dtype pairs x 2 waves, the residual add + rms and the twin rms (3 dtypes
+    # x 2 waves each)
+    assert len(names) == len(set(names)) == 40 + 6 + 6
     assert "norm_r_rms_bfloat16_float32_w64" in names
     assert kt.kernel_names("rope") == [f"rope_{k}_{d}_{d}" for d in ("float32", "float16", "bfloat16")
                                        for k in ("g", "t")]
@@ -169,6 +170,9 @@ int main() {
   F(RopeArgs, n_heads) F(RopeArgs, seq) F(RopeArgs, d) F(RopeArgs, half) F(RopeArgs, items)
   F(RopeArgs, offset_stride) F(RopeArgs, freqs_stride) F(RopeArgs, traditional)
   F(RopeArgs, has_freqs) F(RopeArgs, scale) F(RopeArgs, inv_freq_log) F(RopeArgs, head_chunk)
+  struct NormTwin { const void* p[4]; NormArgs a; NormShape b; };
+  std::printf("NormTwin.sizeof %zu\n", sizeof(NormTwin));
+  F(NormTwin, b) F(NormShape, rows) F(NormShape, eps)
   struct Twin { const void* p[4]; RopeArgs a; RopeShape b; };   // the twin kernel's parameters
   std::printf("RopeShape.sizeof %zu\n", sizeof(RopeShape));
   std::printf("Twin.sizeof %zu\n", sizeof(Twin));
@@ -192,9 +196,34 @@ def test_args_match_c(tmp_path):
     assert c["Twin.sizeof"] == rp.TWIN_ARG_SIZE == 240 and (c["Twin.a"], c["Twin.b"]) == (32, 152)
     assert c["RopeShape.sizeof"] == rp.ARG_SIZE - 32 and c["RopeShape.stride_b"] == 0
     assert c["RopeShape.head_chunk"] == rp.ARG_FIELDS["head_chunk"] - 32
+    assert (c["NormTwin.sizeof"], c["NormTwin.b"]) == (2 * nm.ARG_SIZE, 32 + nm.ARG_SIZE)
+    assert (c["NormShape.rows"], c["NormShape.eps"]) == (0, nm.ARG_FIELDS["eps"] - 32)
     blob = struct.pack("<QQQQ", 1, 2, 3, 4) + nm.pack_args(7, 9, 11, 3, 0.5)
     assert len(blob) == nm.ARG_SIZE
     assert struct.unpack_from("<qqiif", blob, 32) == (7, 9, 11, 3, 0.5)
+
+
+@pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
+def test_q_and_k_norm_twin_plan(dt):
+    """Two RMS norms (Qwen 3's q and k norms) as one launch: the twin kernel with each
+    norm's own geometry and tail (the second's pointers first), grid y picking the norm;
+    declined where they would not be one register-layout launch each of one geometry."""
+    q, k = R((1, 1, 32, 128), dt), R((1, 1, 8, 128), dt)
+    p = nm.plan_siblings([rms(q, q, eps=1e-6), rms(k, k, eps=1e-6)], DEV32)
+    (st,) = p.steps
+    a, b = (nm.plan_node(rms(x, x, eps=1e-6), DEV32).steps[0] for x in (q, k))
+    assert st.kernel == f"norm_r_rmstwin_{dt}_{dt}_w32" and st.grid == (32, 2, 1) and st.block == a.block
+    assert st.tail == a.tail + b.tail and st.n_ptrs == 8
+    # (x, weight, bias: x again when there is none, out) of the second, then of the first
+    assert [tuple(r) for r in st.refs] == [("i", 2, 0), ("i", 3, 0), ("i", 2, 0), ("o", 1, 0),
+                                           ("i", 0, 0), ("i", 1, 0), ("i", 0, 0), ("o", 0, 0)]
+    assert nm.plan_siblings([rms(q, q), rms(R((1, 1, 8, 4096), dt), R((1, 1, 8, 4096), dt))], DEV32) is None
+    # fewer rows than compute units take a group a thread, more take REG_GROUPS: two geometries
+    dev = types.SimpleNamespace(wave_size=32, compute_units=132)
+    few, many = R((1, 1, 4, 1024), dt), R((1, 200, 8, 1024), dt)
+    assert nm.plan_siblings([rms(few, few), rms(many, many)], dev) is None
+    assert nm.plan_siblings([rms(many, many), rms(many, many)], dev) is not None
+    assert nm.plan_siblings([ln(q, q), ln(k, k)], DEV32) is None
 
 
 @pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])

@@ -783,3 +783,41 @@ def test_twin_cache_writes_run_as_one_launch_and_move_in_replays(monkeypatch, gr
             assert all(c[0] + c[1] in (steady, 0) for c in per_eval[on][1:]), per_eval
         replays, python_nodes, gpu_nodes = stats[on]
         assert replays >= 8 and python_nodes == 0 and gpu_nodes == 2 * 10, stats
+
+
+@pytest.mark.parametrize("shape,per_layer", [("tiny", 2), ("qwen3-tiny", 3)])
+def test_twins_in_a_decode_step(monkeypatch, shape, per_layer):
+    """mlx-lm's own decode step (random weights): with the twins on, each layer launches
+    `per_layer` fewer kernels (Llama: q/k RoPE and k/v cache writes; Qwen 3: also its q/k
+    norms, which then let the RoPE twins form), in replays too, and no more nodes go back
+    to Python in replays than without them."""
+    from mlx_lm.models.cache import make_prompt_cache
+    from profile_engine import null_counts
+
+    from mlx_amd import fastops, llm
+    from mlx_amd.runtime import context
+
+    fastops.install()
+    saved = context._runtime
+    launches, python_nodes = {}, {}
+    try:
+        for on in (False, True):
+            ev = _grouping_evaluator(monkeypatch, on, False, ("TWINS",))
+            model = llm.random_model(shape, "bfloat16", 0)
+            cache = make_prompt_cache(model)
+            out = model(mx.array([[1, 2, 3, 4]]), cache=cache)
+            tok = mx.argmax(out[:, -1, :], axis=-1)
+            counts = []
+            for _ in range(6):
+                before = null_counts(ev.native)
+                tok = mx.argmax(model(tok[:, None], cache=cache)[:, -1, :], axis=-1)
+                ev.eval([tok])
+                counts.append(null_counts(ev.native)["launches"] - before["launches"])
+            launches[on], python_nodes[on] = counts, ev.replay_python
+            assert ev.replays >= 3, (on, ev.replays)
+    finally:
+        fastops.uninstall()
+        context._runtime = saved
+    layers = len(model.layers)
+    assert [a - b for a, b in zip(launches[False], launches[True])] == [per_layer * layers] * 6, launches
+    assert python_nodes[True] == python_nodes[False], python_nodes

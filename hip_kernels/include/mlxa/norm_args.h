@@ -10,17 +10,29 @@ extern "C" {
 // rows of n elements; row r of x starts at r * row_stride elements, its items are
 // contiguous. w and b (n elements each, contiguous) are read when flags say so (their
 // pointers are otherwise some valid address, never dereferenced). out is row-contiguous.
+//   row_stride   elements between row starts of x
+//   n            row length (> 0)
+//   flags        bit 0: weight, bit 1: bias
+#define MLXA_NORM_SHAPE_FIELDS \
+  int64_t rows;                \
+  int64_t row_stride;          \
+  int32_t n;                   \
+  int32_t flags;               \
+  float eps;                   \
+  int32_t pad;
+
 struct NormArgs {
   const void* x;
   const void* w;
   const void* b;
   void* out;
-  int64_t rows;
-  int64_t row_stride;   // elements between row starts of x
-  int32_t n;            // row length (> 0)
-  int32_t flags;        // bit 0: weight, bit 1: bias
-  float eps;
-  int32_t pad;
+  MLXA_NORM_SHAPE_FIELDS
+};
+
+// Two norms in one launch (an attention's q and k norms): the second's pointers first, then
+// the first's NormArgs, then the second's shape.
+struct NormShape {
+  MLXA_NORM_SHAPE_FIELDS
 };
 
 // A residual add and the RMS norm of its sum in one pass (the evaluator's Add -> RMSNorm pair

@@ -2,7 +2,8 @@
 the last axis. Loaded by path by kernel_table.py (standard library only).
 
 Names: ``norm_<layout>_<op>_<x dtype>_<out dtype>_w<W>``; op ``rms`` or ``ln``, or
-``rmsadd`` (a residual add and the RMS norm of its sum, layout ``r`` only); layout
+``rmsadd`` (a residual add and the RMS norm of its sum, layout ``r`` only) or ``rmstwin``
+(two RMS norms in one launch, layout ``r`` only); layout
 ``r`` (row in registers, REG_GROUPS 16-byte groups per thread) or ``l`` (looped).
 Weight and bias come in the output dtype (the bridge casts them, as MLX does).
 """
@@ -28,7 +29,16 @@ def add_kernel(kt, dt, wave):
     return kt.kernel_name("norm", "r", "rmsadd", dt, dt) + f"_w{int(wave)}"
 
 
+# two RMS norms in one launch (an attention's q and k norms: Qwen 3, Gemma 3), row layout
+def twin_kernel(kt, dt, wave):
+    return kt.kernel_name("norm", "r", "rmstwin", dt, dt) + f"_w{int(wave)}"
+
+
 def entries(kt):
+    for dt in ADD_DTYPES:
+        for w in WAVES:
+            name = twin_kernel(kt, dt, w)
+            yield name, f"MLXA_NORM_TWIN({name}, {kt.CTYPES[dt]}, {kt.CTYPES[dt]}, {w}, {REG_GROUPS}, false)"
     for dt in ADD_DTYPES:
         for w in WAVES:
             name = add_kernel(kt, dt, w)

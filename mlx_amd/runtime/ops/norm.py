@@ -17,7 +17,7 @@ import struct
 from .. import kernel_table as kt
 from .. import plan as _plan
 from ..launch import Launch
-from ..plan import Plan, inp, out, tmp
+from ..plan import Plan, inp, out, regroup, tmp
 from . import copy as copy_family
 from . import elementwise as ew
 
@@ -27,6 +27,7 @@ PRIMITIVES = {"mlx_amd::RMSNorm": "rms", "mlx_amd::LayerNorm": "ln"}
 # An Add whose sum feeds an RMSNorm (a transformer block's residual, then the next norm) may
 # run with it as one launch (plan_siblings): one launch and one read of the sum fewer
 PAIRS_AFTER = {"Add": ("mlx_amd::RMSNorm",)}
+TWINS = ("mlx_amd::RMSNorm",)
 
 MAX_BLOCK = 512
 _ARGS = struct.Struct("<qqiifi")         # NormArgs after its four pointers
@@ -116,7 +117,10 @@ def plan_siblings(nodes, device):
     """[Add, RMSNorm of the Add's output] as one launch (norm_r_rmsadd): the sum is written
     (later nodes read it: the residual) and normalised in the same pass, with the roundings
     of the two nodes. Only for same-shape row-contiguous operands of one float dtype, rows
-    that fit the register layout, and the norm's output in that dtype; else None."""
+    that fit the register layout, and the norm's output in that dtype; else None.
+    [RMSNorm, RMSNorm] (TWINS): ``_twin``."""
+    if len(nodes) == 2 and nodes[0].prim == nodes[1].prim == "mlx_amd::RMSNorm":
+        return _twin(nodes, device)
     if len(nodes) != 2 or nodes[0].prim != "Add" or nodes[1].prim != "mlx_amd::RMSNorm":
         return None
     add, nrm = nodes
@@ -147,3 +151,23 @@ def plan_siblings(nodes, device):
     refs = (inp(0), inp(1), inp(3) if has_w else inp(0), out(0), out(1))
     tail = _ADD_ARGS.pack(rows, n, 1 if has_w else 0, eps, 0)
     return Plan((Launch(FAMILY, name, (rows, 1, 1), (threads, 1, 1), 0, 5, tail, refs=refs),))
+
+
+def _twin(nodes, device):
+    """Two RMS norms (an attention's q and k norms) as one launch of the twin kernel, a
+    block per row of each (grid y picks the norm): where each alone is one register-layout
+    launch of the same kernel geometry with its output in x's dtype."""
+    plans = [plan_node(n, device) for n in nodes]
+    if any(p is None or len(p.steps) != 1 or p.temps for p in plans):
+        return None
+    (a,), (b,) = plans[0].steps, plans[1].steps
+    dt = nodes[0].ins[0].dtype
+    wave = _plan.wave_width(device)
+    if a.kernel != b.kernel or a.block != b.block or a.kernel != _table().kernel(kt, "r", "rms", dt, dt, wave):
+        return None
+    name = _table().twin_kernel(kt, dt, wave)
+    if not kt.has_kernel(FAMILY, name):
+        return None
+    refs = regroup(b.refs, len(nodes[0].ins), 1) + a.refs
+    grid = (max(a.grid[0], b.grid[0]), 2, 1)
+    return Plan((Launch(FAMILY, name, grid, a.block, 0, 8, a.tail + b.tail, refs=refs),))
