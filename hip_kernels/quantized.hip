@@ -84,6 +84,15 @@ MLXA_DEVICE float u16_to_float(uint32_t q) { return uint_as_float(0x4b000000u | 
 // (so an exactly cancelling zero point stays exactly 0).
 MLXA_DEVICE float affine_weight(float s, float q, float b) { return __fadd_rn(__fmul_rn(s, q), b); }
 
+// One weight as mx.dequantize gives it in T: MLX's CPU build multiplies and adds in T, so a
+// 16-bit product is rounded to T before the bias is added (both in float: exact for these
+// widths, then one rounding each; float32 is affine_weight itself).
+template <typename T>
+MLXA_DEVICE float dequant_weight(float s, float q, float b) {
+  if constexpr (sizeof(T) == 4) return affine_weight(s, q, b);
+  else return __fadd_rn((float)widen(cast<T>(__fmul_rn(s, q))), b);
+}
+
 template <typename T, int Mode>
 using scale_t = std::conditional_t<Mode == kAffine, T, uint8_t>;
 
@@ -1089,7 +1098,7 @@ MLXA_DEVICE void dequant(const DequantArgs& a) {
 #pragma unroll
       for (int t = 0; t < V; ++t) {
         const float q = F::value(bits_at<B>(wd, j * V + t));
-        v.v[t] = cast<T>(F::kBias ? affine_weight(s, q, bias) : s * q);
+        v.v[t] = cast<T>(F::kBias ? dequant_weight<T>(s, q, bias) : s * q);
       }
       op[j] = v;
     }

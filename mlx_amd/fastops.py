@@ -1,6 +1,7 @@
-"""mx.fast.* while mlx-amd is enabled: the same functions, building one node of our own
-primitive each (``mlx_amd::RMSNorm``, ``LayerNorm``, ``RoPE``, ``SDPA``; see
-``src/bridge/fast.h``) instead of MLX's decomposition, so the GPU sees the fused op.
+"""mx.fast.* (and mx.dequantize) while mlx-amd is enabled: the same functions, building one
+node of our own primitive each (``mlx_amd::RMSNorm``, ``LayerNorm``, ``RoPE``, ``SDPA``,
+``Dequantize``; see ``src/bridge/fast.h``) instead of MLX's decomposition, so the GPU sees
+the fused op.
 MLX's CPU fallback of those nodes computes MLX's own decomposition.
 
 Calls we do not route (an explicit ``stream=``, ``force_fused=True``, arguments the
@@ -16,6 +17,9 @@ import contextlib
 import mlx.core as mx
 
 NAMES = ("rms_norm", "layer_norm", "rope", "scaled_dot_product_attention")
+# mx.<name> routed the same way: mx.dequantize of the affine mode (``mlx_amd::Dequantize``;
+# the CPU wheel builds ~20 shift/mask nodes for it, a quantized embedding's row each step)
+TOP_NAMES = ("dequantize",)
 _original: dict = {}
 
 
@@ -87,10 +91,21 @@ def _sdpa(q, k, v, *, scale, mask=None, sinks=None, force_fused=False, stream=No
     return _b().fast_sdpa(q, k, v, scale, mode, arr, sinks)
 
 
+def _dequantize(w, scales, biases=None, group_size=None, bits=None, mode="affine", global_scale=None,
+                dtype=None, *, stream=None):
+    _mlx_stream(stream)
+    if mode != "affine" or biases is None or global_scale is not None:
+        raise TypeError("not ours: MLX's own function")
+    # MLX's affine defaults: groups of 64, 4 bits
+    return _b().dequantize(w, scales, biases, 64 if group_size is None else group_size,
+                           4 if bits is None else bits, dtype)
+
+
 rms_norm = _routed("rms_norm", _rms_norm)
 layer_norm = _routed("layer_norm", _layer_norm)
 rope = _routed("rope", _rope)
 scaled_dot_product_attention = _routed("scaled_dot_product_attention", _sdpa)
+dequantize = _routed("dequantize", _dequantize)
 
 
 @contextlib.contextmanager
@@ -104,28 +119,32 @@ def exporting():
 
 
 _OURS = {"rms_norm": rms_norm, "layer_norm": layer_norm, "rope": rope,
-         "scaled_dot_product_attention": scaled_dot_product_attention}
+         "scaled_dot_product_attention": scaled_dot_product_attention, "dequantize": dequantize}
+
+
+def _home(name: str):
+    return mx if name in TOP_NAMES else mx.fast
 
 
 def install() -> None:
-    """Route mx.fast.* to ours (idempotent)."""
+    """Route mx.fast.* and mx.dequantize to ours (idempotent)."""
     if _original:
         return
-    for name in NAMES:
-        orig = getattr(mx.fast, name)
+    for name in NAMES + TOP_NAMES:
+        orig = getattr(_home(name), name)
         ours = _OURS[name]
         ours.__doc__ = orig.__doc__
         _original[name] = orig
-        setattr(mx.fast, name, ours)
+        setattr(_home(name), name, ours)
 
 
 def uninstall() -> None:
-    """mx.fast.* are MLX's own again (idempotent)."""
+    """mx.fast.* and mx.dequantize are MLX's own again (idempotent)."""
     for name, orig in list(_original.items()):
-        setattr(mx.fast, name, orig)
+        setattr(_home(name), name, orig)
     _original.clear()
 
 
 def original(name: str):
-    """MLX's own mx.fast function (whether or not ours are installed)."""
-    return _original.get(name) or getattr(mx.fast, name)
+    """MLX's own function (whether or not ours are installed)."""
+    return _original.get(name) or getattr(_home(name), name)

@@ -172,6 +172,16 @@ Arrays RMSNorm::decompose(const Arrays& in, mx::Stream s) const {
   return {mx::fast::rms_norm(in[0], w, eps_, s)};
 }
 
+Arrays Dequantize::decompose(const Arrays& in, mx::Stream s) const {
+  return {mx::dequantize(in[0], in[1], in[2], group_size_, bits_, "affine", std::nullopt, dtype_, s)};
+}
+
+bool Dequantize::is_equivalent(const mx::Primitive& other) const {
+  if (!same_class(*this, other)) return false;
+  const auto& o = static_cast<const Dequantize&>(other);
+  return group_size_ == o.group_size_ && bits_ == o.bits_ && dtype_ == o.dtype_;
+}
+
 bool RMSNorm::is_equivalent(const mx::Primitive& other) const {
   if (!same_class(*this, other)) return false;
   const auto& o = static_cast<const RMSNorm&>(other);
@@ -366,6 +376,21 @@ mx::array make_rope(const mx::array& x, int dims, bool traditional,
                    std::move(in));
 }
 
+mx::array make_dequantize(const mx::array& w, const mx::array& scales, const mx::array& biases,
+                          int group_size, int bits, std::optional<mx::Dtype> dtype) {
+  auto s = current_stream();
+  std::string key = "dq" + std::to_string(group_size) + "," + std::to_string(bits) + "," +
+                    (dtype ? std::to_string(static_cast<int>(dtype->val())) : std::string("-"));
+  key_add(key, w);
+  key_add(key, scales);
+  key_add(key, biases);
+  auto ref = output_of(key, [&] {
+    return mx::dequantize(w, scales, biases, group_size, bits, "affine", std::nullopt, dtype, s);
+  });
+  return mx::array(ref.first, ref.second, std::make_shared<Dequantize>(s, group_size, bits, ref.second),
+                   Arrays{w, scales, biases});
+}
+
 mx::array make_sdpa(const mx::array& q, const mx::array& k, const mx::array& v,
                     float scale, const std::string& mask_mode,
                     std::optional<mx::array> mask, std::optional<mx::array> sinks) {
@@ -409,6 +434,8 @@ void register_fast(nb::module_& m) {
   m.def("fast_sdpa", &make_sdpa, "q"_a, "k"_a, "v"_a, "scale"_a, "mask_mode"_a,
         "mask"_a.none() = nb::none(), "sinks"_a.none() = nb::none(),
         "mx.fast.scaled_dot_product_attention as one mlx_amd::SDPA node.");
+  m.def("dequantize", &make_dequantize, "w"_a, "scales"_a, "biases"_a, "group_size"_a, "bits"_a,
+        "dtype"_a.none() = nb::none(), "mx.dequantize (affine) as one mlx_amd::Dequantize node.");
 }
 
 }  // namespace mlx_amd

@@ -130,7 +130,29 @@ class SDPA : public FastPrimitive {
   bool has_sinks_;
 };
 
-// fast_rms_norm, fast_layer_norm, fast_rope, fast_sdpa on the module
+// mx.dequantize of the affine mode (the CPU wheel builds ~20 shift/mask/concatenate nodes
+// for it: a quantized embedding's row every decode step); one node instead, MLX's own
+// decomposition on the CPU.
+class Dequantize : public FastPrimitive {
+ public:
+  Dequantize(mx::Stream s, int group_size, int bits, mx::Dtype dtype)
+      : FastPrimitive(s), group_size_(group_size), bits_(bits), dtype_(dtype) {}
+  const char* name() const override { return "Dequantize"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+  std::vector<mx::Shape> output_shapes(const Arrays& inputs) override {
+    auto shape = inputs[0].shape();
+    shape.back() = shape.back() * 32 / bits_;
+    return {shape};
+  }
+  Arrays decompose(const Arrays& inputs, mx::Stream s) const override;
+  auto state() const { return std::make_tuple(group_size_, bits_); }
+
+ private:
+  int group_size_, bits_;
+  mx::Dtype dtype_;
+};
+
+// fast_rms_norm, fast_layer_norm, fast_rope, fast_sdpa, dequantize on the module
 void register_fast(nb::module_& m);
 
 }  // namespace mlx_amd

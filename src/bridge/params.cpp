@@ -152,6 +152,7 @@ const std::unordered_map<std::string, Entry>& table() {
     (*m)["mlx_amd::LayerNorm"] = Entry{&params_of<LayerNorm>, ViewKind::None};
     (*m)["mlx_amd::RoPE"] = Entry{&params_of<RoPE>, ViewKind::None};
     (*m)["mlx_amd::SDPA"] = Entry{&params_of<SDPA>, ViewKind::None};
+    (*m)["mlx_amd::Dequantize"] = Entry{&params_of<Dequantize>, ViewKind::None};
 #undef P
 #undef PV
 #undef V

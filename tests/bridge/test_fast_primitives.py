@@ -314,6 +314,30 @@ def test_enable_routes_and_disable_restores(host_rt):
     assert mx.fast.rope is fastops.rope
 
 
+def test_dequantize_routes_and_falls_back(host_rt):
+    """mx.dequantize (affine, biases given) is one mlx_amd::Dequantize node while enabled,
+    MLX's own decomposition on the host driver's fallback, bit for bit; an fp mode, an
+    explicit stream or a global scale stay MLX's function; disable() restores it."""
+    q, s, b = mx.quantize(rnd((6, 128)), group_size=64, bits=4)
+    assert mx.dequantize is fastops.dequantize
+    y = mx.dequantize(q, s, b, group_size=64, bits=4)
+    assert prims(y)[-1] == "mlx_amd::Dequantize"
+    z = mx.dequantize(q, s, b, stream=mx.cpu)
+    assert "mlx_amd::Dequantize" not in prims(z)
+    same(y, z, "decomposition")
+    assert mlx_amd.stats()["by_primitive"]["mlx_amd::Dequantize"]["cpu"] == 1
+    # vjp through MLX's decomposition (the scales and biases are differentiable)
+    g = mx.grad(lambda s: mx.dequantize(q, s, b, group_size=64, bits=4).sum())(s)
+    same(g, mx.grad(lambda s: mx.dequantize(q, s, b, group_size=64, bits=4, stream=mx.cpu).sum())(s), "vjp")
+    w, sc = mx.quantize(rnd((4, 64)), group_size=32, bits=4, mode="mxfp4")
+    assert "mlx_amd::Dequantize" not in prims(mx.dequantize(w, sc, group_size=32, bits=4, mode="mxfp4"))
+    mlx_amd.disable()
+    try:
+        assert mx.dequantize is fastops.original("dequantize") and mx.dequantize.__module__ != fastops.__name__
+    finally:
+        mlx_amd.enable()
+
+
 def test_host_driver_fallback_path(host_rt):
     x, w = rnd((4, 2, 6, 32)), rnd((32,), seed=1)
     k, v = rnd((4, 2, 9, 32), seed=2), rnd((4, 2, 9, 32), seed=3)

@@ -627,3 +627,38 @@ def test_gather_qqmm(gpu_runtime, mode, gs, bits, dt, M):
     rt, at = TOL[DT[dt]]
     check_gpu(f, x, *q, lhs, rhs, prims=("GatherQQMM",), ref_fn=ref, rtol=rt, atol=at,
               what=f"gather_qqmm {mode} {dt} M={M}")
+
+
+DQ = ("mlx_amd::Dequantize",)
+
+
+@pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("bits,gs", [(2, 32), (3, 64), (4, 64), (4, 128), (5, 32), (6, 64), (8, 128)])
+def test_dequantize(gpu_runtime, dt, bits, gs):
+    """mx.dequantize (affine) while enabled: one mlx_amd::Dequantize node on the prefill's
+    dequantize kernel against MLX's decomposition: a batch of matrices, one matrix, gathered
+    rows (a quantized embedding's lookup), strided rows; an explicit dtype other
+    than the scales', and the fp modes, stay MLX's own function."""
+    w, s, b = make((2, 24, 256), gs, bits, dtype=getattr(mx, dt))
+
+    def f(w, s, b):
+        return mx.dequantize(w, s, b, group_size=gs, bits=bits)
+
+    tol = dict(rtol=0, atol=0)   # bit for bit (dequant_weight: MLX's roundings in T)
+    check_gpu(f, w, s, b, prims=DQ, what=f"{dt} {bits}/{gs} batch", **tol)
+    check_gpu(lambda w, s, b: f(w[1], s[1], b[1]), w, s, b, prims=DQ, what="matrix", **tol)
+    idx = mx.array([3, 0, 17, 3])
+    check_gpu(lambda w, s, b, i: f(w[0][i], s[0][i], b[0][i]), w, s, b, idx, prims=DQ, what="rows", **tol)
+    check_gpu(lambda w, s, b: f(w[:, ::3], s[:, ::3], b[:, ::3]), w, s, b, prims=DQ, what="strided", **tol)
+    check_gpu(lambda w, s, b: mx.dequantize(w, s, b, group_size=gs, bits=bits, dtype=mx.float32), w, s, b,
+              what="float32 out")
+
+
+def test_dequantize_other_modes_and_errors(gpu_runtime):
+    w, s = make((8, 64), 32, 4, mode="mxfp4")[:2]
+    check_gpu(lambda w, s: mx.dequantize(w, s, group_size=32, bits=4, mode="mxfp4"), w, s, what="mxfp4")
+    q, sc, b = make((8, 128), 64, 4)
+    with pytest.raises(ValueError, match="Shape of scales and biases"):
+        mx.dequantize(q, sc, b, group_size=32, bits=4)
+    with pytest.raises(ValueError, match="at least 2 dimension"):
+        mx.dequantize(q[0], sc[0], b[0], group_size=64, bits=4)

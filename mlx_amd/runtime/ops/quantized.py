@@ -34,6 +34,9 @@ and 2 mxfp8 (e8m0 scale bytes, groups of 32), 3 nvfp4 (e4m3 scale bytes, groups 
   every matrix of w dequantized into a temporary, then GatherMM's plan (gather_mm.py) with
   the node's index arrays.
 
+* mlx_amd::Dequantize (mx.dequantize of the affine mode while enabled): the dequantize
+  kernel into the output, with MLX's roundings in its dtype.
+
 Not covered (MLX's CPU fallback): QQMatmul and GatherQQMM with nvfp4's global scales; fast::Quantize
 of the fp modes or the dequantize direction (MLX's CPU build decomposes both into ops, so
 neither reaches us); w/scales/biases whose last axis is not contiguous; more than 4 batch
@@ -57,7 +60,8 @@ from . import elementwise as ew
 FAMILY = "quantized"
 
 PRIMITIVES = {"QuantizedMatmul": "qmm", "GatherQMM": "gather_qmm", "fast::Quantize": "quantize",
-              "fast::ConvertFP8": "fp8", "QQMatmul": "qqmm", "GatherQQMM": "gather_qqmm"}
+              "fast::ConvertFP8": "fp8", "QQMatmul": "qqmm", "GatherQQMM": "gather_qqmm",
+              "mlx_amd::Dequantize": "dequantize"}
 
 DTYPES = ("float32", "float16", "bfloat16")
 ITEM = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -780,7 +784,41 @@ def _plan_gather_qq(node, device):
 
 # ---- entry --------------------------------------------------------------------------------
 
+def _plan_dequantize(node, device):
+    """mlx_amd::Dequantize (mx.dequantize, affine, while enabled) on the prefill's dequantize
+    kernel: w's rows, its leading dimensions a batch of matrices, into the row-major output;
+    scales, biases and output of one float dtype (else None: MLX's decomposition on the CPU)."""
+    if len(node.ins) != 3 or len(node.outs) != 1:
+        return None
+    w, s, b = node.ins
+    o = node.out
+    f = fmt_for(int(node.params[0]), int(node.params[1]), 0)
+    if f is None or w.dtype != "uint32" or o.dtype not in DTYPES or s.dtype != o.dtype or b.dtype != o.dtype:
+        return None
+    K = o.shape[-1] if o.ndim else 0
+    if w.ndim == 0 or o.shape[:-1] != w.shape[:-1] or K % f.gs or s.shape != w.shape[:-1] + (K // f.gs,) \
+            or b.shape != s.shape or not all(_inner_ok(lay) for lay in (w, s, b)):
+        return None
+    name = _table().dequant_name(kt, f.name, o.dtype)
+    if not kt.has_kernel(FAMILY, name):
+        return None
+    if o.size == 0:
+        return Plan(())
+    rows = w.shape[-2] if w.ndim >= 2 else 1
+    bshape = w.shape[:-2]
+    cshape, (cw, cs, cb) = _collapse(bshape, *(lay.strides[:-2] for lay in (w, s, b)))
+    mats = math.prod(bshape)
+    total = mats * rows * (K // f.cv)
+    if len(cshape) > QBATCH or total > _U31:
+        return None
+    tail = dequant_tail(total, rows, K, _row_stride(w), _row_stride(s), _row_stride(b), f.shift, cshape, cw, cs, cb)
+    return Plan((Launch(FAMILY, name, _grid_1d(total, device), (BLOCK, 1, 1), 0, 4, tail,
+                        (inp(0), inp(1), inp(2), out(0))),))
+
+
 def plan_node(node, device):
+    if node.prim == "mlx_amd::Dequantize":
+        return _plan_dequantize(node, device)
     if node.prim == "fast::Quantize":
         return _plan_quantize(node, device)
     if node.prim == "fast::ConvertFP8":
