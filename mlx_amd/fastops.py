@@ -94,7 +94,10 @@ def _sdpa(q, k, v, *, scale, mask=None, sinks=None, force_fused=False, stream=No
 def _dequantize(w, scales, biases=None, group_size=None, bits=None, mode="affine", global_scale=None,
                 dtype=None, *, stream=None):
     _mlx_stream(stream)
-    if mode != "affine" or biases is None or global_scale is not None:
+    # (another output dtype than the scales': the quantized family's kernel has none, and
+    # MLX's decomposition then runs on the GPU op by op rather than on the CPU)
+    if mode != "affine" or biases is None or global_scale is not None or \
+            (dtype is not None and dtype != getattr(scales, "dtype", None)):
         raise TypeError("not ours: MLX's own function")
     # MLX's affine defaults: groups of 64, 4 bits
     return _b().dequantize(w, scales, biases, 64 if group_size is None else group_size,

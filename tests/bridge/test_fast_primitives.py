@@ -317,7 +317,8 @@ def test_enable_routes_and_disable_restores(host_rt):
 def test_dequantize_routes_and_falls_back(host_rt):
     """mx.dequantize (affine, biases given) is one mlx_amd::Dequantize node while enabled,
     MLX's own decomposition on the host driver's fallback, bit for bit; an fp mode, an
-    explicit stream or a global scale stay MLX's function; disable() restores it."""
+    explicit stream, another output dtype than the scales' stay MLX's function; disable()
+    restores it."""
     q, s, b = mx.quantize(rnd((6, 128)), group_size=64, bits=4)
     assert mx.dequantize is fastops.dequantize
     y = mx.dequantize(q, s, b, group_size=64, bits=4)
@@ -329,6 +330,7 @@ def test_dequantize_routes_and_falls_back(host_rt):
     # vjp through MLX's decomposition (the scales and biases are differentiable)
     g = mx.grad(lambda s: mx.dequantize(q, s, b, group_size=64, bits=4).sum())(s)
     same(g, mx.grad(lambda s: mx.dequantize(q, s, b, group_size=64, bits=4, stream=mx.cpu).sum())(s), "vjp")
+    assert "mlx_amd::Dequantize" not in prims(mx.dequantize(q, s, b, dtype=mx.float16))
     w, sc = mx.quantize(rnd((4, 64)), group_size=32, bits=4, mode="mxfp4")
     assert "mlx_amd::Dequantize" not in prims(mx.dequantize(w, sc, group_size=32, bits=4, mode="mxfp4"))
     mlx_amd.disable()
