@@ -199,6 +199,15 @@ def regroup(refs: tuple, n_ins: int, n_outs: int) -> tuple:
     return tuple(Ref(r.kind, r.index + shift.get(r.kind, 0), r.offset) for r in refs)
 
 
+def twin_launch(kernel: str, first: Launch, second: Launch, first_ins: int) -> Launch:
+    """Two single-launch plans (TWINS) as one launch of a twin kernel: the second's pointers
+    (its inputs after the first node's ``first_ins``, its output the group's second), then the
+    first's, then both tails; grid y picks the job, grid x covers the larger."""
+    return Launch(first.family, kernel, (max(first.grid[0], second.grid[0]), 2, 1), first.block,
+                  first.shared_mem, first.n_ptrs + second.n_ptrs, first.tail + second.tail,
+                  refs=regroup(second.refs, first_ins, 1) + first.refs)
+
+
 def default_refs(n_ins: int, n_outs: int = 1) -> tuple:
     """Inputs in order, then outputs: what a Launch without explicit refs points at."""
     return tuple(inp(i) for i in range(n_ins)) + tuple(out(i) for i in range(n_outs))

@@ -38,7 +38,7 @@ import struct
 
 from .. import kernel_table as kt
 from ..plan import (ITEMSIZE, HostCall, Layout, Memset, Plan, compute_units, inp, out as out_ref, regroup,
-                    row_strides, tmp)
+                    row_strides, tmp, twin_launch)
 from ..launch import Launch
 from . import copy as copy_ops
 from .elementwise import collapse_dims
@@ -605,6 +605,5 @@ def plan_siblings(nodes, device):
     n0 = len(nodes[0].ins)
     (_, (cp1,)), = plans[1].init
     init = plans[0].init + ((1, (dataclasses.replace(cp1, refs=regroup(cp1.refs, n0, 1)),)),)
-    launch = Launch(FAMILY, twin, (max(a.grid[0], b.grid[0]), 2, 1), a.block, 0, 6, a.tail + b.tail,
-                    refs=regroup(b.refs, n0, 1) + a.refs)
-    return Plan((launch,), donate=((0, 0), (1, n0)), init=init, written=plans[0].written + plans[1].written)
+    return Plan((twin_launch(twin, a, b, n0),), donate=((0, 0), (1, n0)), init=init,
+                written=plans[0].written + plans[1].written)

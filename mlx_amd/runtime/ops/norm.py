@@ -17,7 +17,7 @@ import struct
 from .. import kernel_table as kt
 from .. import plan as _plan
 from ..launch import Launch
-from ..plan import Plan, inp, out, regroup, tmp
+from ..plan import Plan, inp, out, tmp, twin_launch
 from . import copy as copy_family
 from . import elementwise as ew
 
@@ -168,6 +168,4 @@ def _twin(nodes, device):
     name = _table().twin_kernel(kt, dt, wave)
     if not kt.has_kernel(FAMILY, name):
         return None
-    refs = regroup(b.refs, len(nodes[0].ins), 1) + a.refs
-    grid = (max(a.grid[0], b.grid[0]), 2, 1)
-    return Plan((Launch(FAMILY, name, grid, a.block, 0, 8, a.tail + b.tail, refs=refs),))
+    return Plan((twin_launch(name, a, b, len(nodes[0].ins)),))

@@ -18,7 +18,7 @@ import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import Plan, inp, out, regroup
+from ..plan import Plan, inp, out, twin_launch
 from . import elementwise as ew
 
 FAMILY = "rope"
@@ -128,8 +128,4 @@ def plan_siblings(nodes, device):
     (a,), (b,) = plans[0].steps, plans[1].steps
     if a.kernel != b.kernel:
         return None
-    # the second's pointers (its inputs after the first's, its output the second), then the first's
-    second = regroup(b.refs, len(nodes[0].ins), 1)
-    name = kt.table(FAMILY).twin(kt, nodes[0].ins[0].dtype)
-    grid = (max(a.grid[0], b.grid[0]), 2, 1)
-    return Plan((Launch(FAMILY, name, grid, (BLOCK, 1, 1), 0, 8, a.tail + b.tail, refs=second + a.refs),))
+    return Plan((twin_launch(kt.table(FAMILY).twin(kt, nodes[0].ins[0].dtype), a, b, len(nodes[0].ins)),))
