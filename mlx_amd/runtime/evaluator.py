@@ -38,7 +38,7 @@ from .launch import Launch as _Launch
 from .launch import NativeLauncher as _NativeLauncher
 from .launch import _pointers
 from .launch import run as _launch
-from .ops import VIEW_PRIMITIVES, dispatch_table, pair_table, sibling_table, twin_table  # noqa: F401  (VIEW_PRIMITIVES re-exported)
+from .ops import VIEW_PRIMITIVES, chain_table, dispatch_table, pair_table, sibling_table, twin_table  # noqa: F401  (VIEW_PRIMITIVES re-exported)
 from .plan import ITEMSIZE as _ITEMSIZE
 from .plan import Layout
 from .plan import Memset as _Memset
@@ -62,6 +62,10 @@ PAIRS = pair_table(DISPATCH) if SIBLINGS else {}
 # primitive -> family that plans two independent nodes of it with equal parameters as one
 # (an attention's q and k RoPE, its k and v cache writes); the same switch
 TWINS = twin_table(DISPATCH) if SIBLINGS else {}
+# (pair's primitives) -> {primitive: family}: nodes reading a pair's output first that the
+# family plans with the pair as one (an Add and RMSNorm, then the quantized projections of the
+# norm's output: one launch instead of two); the same switch, and MLX_AMD_CHAINS=0 alone
+CHAINS = chain_table(DISPATCH, PAIRS) if os.environ.get("MLX_AMD_CHAINS", "1") != "0" else {}
 MAX_SIBLINGS = 2   # siblings a node may take on (the kernels' QmvSibs)
 TWIN_WINDOW = 16   # nodes between twins at most (further apart: kept apart, their inputs and
                    # outputs would live longer for one launch less)
@@ -546,7 +550,10 @@ class Evaluator:
         SIBLINGS primitive with equal parameters on the same first input, in order, up to
         1 + MAX_SIBLINGS a group; PAIRS, a node with the node reading its output first; and
         TWINS, a node with the next of its primitive and parameters whose inputs are there
-        when it runs (within TWIN_WINDOW nodes).
+        when it runs (within TWIN_WINDOW nodes). Then ({pair's first node: (chain nodes,
+        family)}, {chain node: views to make first}): CHAINS, a pair with the sibling group
+        (or the one SIBLINGS node) reading the pair's output first, tried as one plan before
+        the pair and the group alone.
         Whether a group runs as one is its family's call (``plan_siblings``), at its first
         node."""
         fp = g.fingerprint
@@ -601,24 +608,24 @@ class Evaluator:
                 chunk = members[j: j + 1 + MAX_SIBLINGS]
                 if len(chunk) > 1:
                     groups[chunk[0]] = tuple(chunk[1:])
-        if twin_nodes:
-            # where each node runs: a group's members with its first (k and v projections
-            # with q's, ahead of q's RoPE in MLX's order)
-            at = {f: lead for lead, fs in groups.items() for f in fs}
+        # where each node runs: a group's members with its first (k and v projections
+        # with q's, ahead of q's RoPE in MLX's order)
+        at = {f: lead for lead, fs in groups.items() for f in fs}
 
-            def ready_at(slots, lead):
-                """Every slot computed before node ``lead`` runs (or a leaf), or a view of
-                one made later by single-input views (made early); not ``lead``'s output."""
-                for s in slots:
-                    while s in made and at.get(made[s], made[s]) > lead:
-                        m = made[s]
-                        if nodes[m][0] not in VIEW_PRIMITIVES or len(nodes[m][2]) != 1:
-                            return False
-                        s = nodes[m][2][0]
-                    if made.get(s) == lead:
+        def ready_at(slots, lead):
+            """Every slot computed before node ``lead`` runs (or a leaf), or a view of
+            one made later by single-input views (made early); not ``lead``'s output."""
+            for s in slots:
+                while s in made and at.get(made[s], made[s]) > lead:
+                    m = made[s]
+                    if nodes[m][0] not in VIEW_PRIMITIVES or len(nodes[m][2]) != 1:
                         return False
-                return True
+                    s = nodes[m][2][0]
+                if made.get(s) == lead:
+                    return False
+            return True
 
+        if twin_nodes:
             # primitives in the order they first appear (a model's norms before its RoPE)
             for members in twin_nodes.values():
                 k = 0
@@ -631,19 +638,44 @@ class Evaluator:
                         k += 2
                     else:
                         k += 1
+        def views_of(f, lead):
+            """The views that make node f's inputs after ``lead`` (W.T, x reshaped), in order."""
+            views = []
+            for slot in nodes[f][2]:
+                chain = []
+                while slot in made and made[slot] > lead and nodes[made[slot]][0] in VIEW_PRIMITIVES \
+                        and len(nodes[made[slot]][2]) == 1:
+                    chain.append((made[slot], nodes[made[slot]][3][0], nodes[made[slot]][2][0]))
+                    slot = nodes[made[slot]][2][0]
+                views += reversed(chain)
+            return tuple(views)
+
         for lead, followers in groups.items():
-            for f in followers:   # the views that make f's inputs (W.T, x reshaped), in order
-                views = []
-                for slot in nodes[f][2]:
-                    chain = []
-                    while slot in made and made[slot] > lead and nodes[made[slot]][0] in VIEW_PRIMITIVES \
-                            and len(nodes[made[slot]][2]) == 1:
-                        chain.append((made[slot], nodes[made[slot]][3][0], nodes[made[slot]][2][0]))
-                        slot = nodes[made[slot]][2][0]
-                    views += reversed(chain)
+            for f in followers:
+                views = views_of(f, lead)
                 if views:
-                    early[f] = tuple(views)
-        cached = self._sib_groups[fp] = (groups, early, fams) if groups else {}
+                    early[f] = views
+        chains, chain_early = {}, {}
+        if CHAINS and pairs:
+            # the projections of a pair's output: the first sibling group on it (or the one
+            # node), whose other inputs are there when the pair runs
+            on_slot: dict = {}
+            for key, members in by_key.items():
+                on_slot.setdefault(key[2], []).append((key[0], members))
+            for i, f, _fam in pairs:
+                readers = CHAINS.get((nodes[i][0], nodes[f][0]))
+                if not readers or groups.get(i) != (f,):
+                    continue
+                for prim, members in on_slot.get(nodes[f][3][0], ()):
+                    run = tuple(members[: 1 + MAX_SIBLINGS])
+                    if prim in readers and all(ready_at(nodes[c][2][1:], i) for c in run):
+                        chains[i] = (run, readers[prim])
+                        for c in run:
+                            views = views_of(c, i)
+                            if views:
+                                chain_early[c] = views
+                        break
+        cached = self._sib_groups[fp] = (groups, early, fams, chains, chain_early) if groups else {}
         return cached
 
     def _early_views(self, g, views, done, prog) -> bool:
@@ -667,16 +699,27 @@ class Evaluator:
         fresh = ()
         sibs = self._sibs
         if sibs is not None:
-            groups, early, fams, done = sibs
+            groups, early, fams, chains, chain_early, done = sibs
             if i in done:                # computed (and finished) with an earlier node
                 self.stats.by_prim[prim]["view" if prim in VIEW_PRIMITIVES else "gpu"] += 1
                 return ()
             group = groups.get(i)
             if group is not None:
-                group = tuple(f for f in group if f not in done and self._early_views(g, early.get(f), done, prog))
-                fam = fams.get(i) or SIBLINGS.get(prim)
-                fresh = self._gpu(g, metas, fam, prim, params, ins, outs, prog, i, group) \
-                    if group and fam is not None else False
+                fresh = False
+                chain = chains.get(i)
+                if chain is not None:    # the pair and the projections of its output as one
+                    run, fam = chain
+                    full = group + run
+                    if all(f not in done for f in full) and \
+                            all(self._early_views(g, early.get(f), done, prog) for f in group) and \
+                            all(self._early_views(g, chain_early.get(f), done, prog) for f in run):
+                        fresh = self._gpu(g, metas, fam, prim, params, ins, outs, prog, i, full)
+                        group = full if fresh else group
+                if not fresh:
+                    group = tuple(f for f in group if f not in done and self._early_views(g, early.get(f), done, prog))
+                    fam = fams.get(i) or SIBLINGS.get(prim)
+                    fresh = self._gpu(g, metas, fam, prim, params, ins, outs, prog, i, group) \
+                        if group and fam is not None else False
                 if fresh:
                     done.update(group)
                     self.stats.by_prim[prim]["gpu"] += 1
@@ -834,7 +877,6 @@ class Evaluator:
         sizes = in_sig = None
         if siblings:
             sizes = [(len(ins), len(outs), prim, params)]
-            own = outs
             ins, outs = list(ins), list(outs)
             for f in siblings:
                 f_prim, f_params, f_ins, f_outs = g.node(f)
@@ -842,8 +884,10 @@ class Evaluator:
                 ins += f_ins
                 outs += f_outs
             sizes = tuple(sizes)
-            # a sibling's input that is the node's own output (an Add's sum its RMSNorm reads):
-            # row-major, made by the same launch; the plan does not read it as an input
+            own = set(outs)
+            # a sibling's input that an earlier member makes (an Add's sum its RMSNorm reads,
+            # the norm's output the projections of a chain read): row-major, made by the same
+            # launch; the plan does not read it as an input
             infos = [_made_here(metas[s]) if s in own else g.info(s) for s in ins]
             if None in infos:
                 return False

@@ -622,9 +622,13 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       const auto& fnode = nodes_[f];
       // its inputs may be views still to run (W.T, x reshaped by MLX's matmul at each
       // call): make them now, as recorded
-      // (an input the node itself makes, e.g. the Add's sum its RMSNorm reads, is not
-      // resolved: the plan writes it and does not read it as an input)
-      const auto made_here = [&](int64_t s) { return slots_[s].producer == n; };
+      // (an input the node or an earlier sibling makes, e.g. the Add's sum its RMSNorm reads,
+      // the norm's output a chained projection reads, is not resolved: the plan writes it and
+      // does not read it as an input)
+      const auto made_here = [&](int64_t s) {
+        const auto p = slots_[s].producer;
+        return p == n || std::find(pn.siblings.begin(), pn.siblings.begin() + k, p) != pn.siblings.begin() + k;
+      };
       for (size_t i = 0; i < fnode.inputs.size() && same; ++i) {
         same = made_here(fnode.inputs[i]) || early_view(prog, fnode.inputs[i], 0);
       }

@@ -40,7 +40,8 @@ def test_arg_structs_match_header(tmp_path):
         ' sizeof(DequantArgs), offsetof(DequantArgs, group_shift), offsetof(DequantArgs, b_str),'
         ' sizeof(QuantizeArgs), offsetof(QuantizeArgs, group_size), sizeof(Fp8Args));'
         ' printf("%zu %zu\\n", sizeof(QdqArgs), offsetof(QdqArgs, groups));'
-        ' printf("%zu %zu %d\\n", sizeof(QmvSibs), sizeof(QmvSibRows), MLXA_QSIBS);}\n')
+        ' printf("%zu %zu %d\\n", sizeof(QmvSibs), sizeof(QmvSibRows), MLXA_QSIBS);'
+        ' printf("%zu %zu %zu\\n", sizeof(QmvPro), offsetof(QmvPro, out), sizeof(QmvProShape));}\n')
     exe = tmp_path / "s"
     subprocess.run(["g++", "-std=c++17", "-I", os.path.join(REPO, "hip_kernels", "include"), str(src), "-o", str(exe)],
                    check=True)
@@ -48,14 +49,14 @@ def test_arg_structs_match_header(tmp_path):
     assert got == [Q.ARG_STRUCTS["QmvArgs"][1], 56, 136, 168, 168 + 8 * 32,
                    Q.ARG_STRUCTS["DequantArgs"][1], 80, 88 + 3 * 32, Q.ARG_STRUCTS["QuantizeArgs"][1], 40,
                    Q.ARG_STRUCTS["Fp8Args"][1], Q.ARG_STRUCTS["QdqArgs"][1], 16,
-                   8 * 4 * Q.QSIBS, 8 * Q.QSIBS, Q.QSIBS]
+                   8 * 4 * Q.QSIBS, 8 * Q.QSIBS, Q.QSIBS, 40, 32, Q._PRO_SHAPE.size]
 
 
 def test_kernel_table_is_lean_and_names_planned_kernels():
     names = set(kt.kernel_names("quantized"))
-    # qmv, dequant, quantize, fp8, qmv_mma (2 dtypes x 3 groups), qmv_h2 (3 widths x 2 dtypes x 2
-    # waves), qdq (3 fp modes x 3 dtypes)
-    assert len(names) == 9 * 3 * 2 + 9 * 3 + 6 * 3 + 2 * 3 + 2 * 3 + 3 * 2 * 2 + 3 * 3
+    # qmv, dequant, quantize, fp8, qmv_mma (2 dtypes x 3 groups), qmv_h2 and qmv_h2n (3 widths x
+    # 2 dtypes x 2 waves each), qdq (3 fp modes x 3 dtypes)
+    assert len(names) == 9 * 3 * 2 + 9 * 3 + 6 * 3 + 2 * 3 + 2 * 3 + 2 * 3 * 2 * 2 + 3 * 3
     for fmt in kt.table("quantized").FORMATS:
         for dt in Q.DTYPES:
             assert kt.table("quantized").qmv_name(kt, fmt, dt, 64) in names
@@ -377,6 +378,75 @@ def test_qmv_h2_siblings_only_where_one_launch_serves():
     assert Q.plan_siblings([node(64, dt="float32"), node(32, dt="float32")], dev) is None
     assert Q.plan_siblings([node(37), node(32)], dev) is None      # 37 rows end mid-block
     assert Q.plan_siblings([node(64), node(32), node(32), node(32)], dev) is None
+
+def _chain_nodes(K=512, rows=(64, 32, 32), dt="bfloat16", bits=4, gs=64, lead=(1, 1), has_w=True):
+    """[Add, RMSNorm of its sum, QuantizedMatmuls of the norm's output] as the evaluator
+    hands a chain to plan_siblings (the norm's x and the projections' x are made by the
+    group: row-major)."""
+    from mlx_amd.runtime.plan import Node
+
+    h = Layout.row_major(lead + (K,), dt)
+    add = Node("Add", (), (h, h), (h,))
+    nrm = Node("mlx_amd::RMSNorm", (1e-5, has_w), (h,) + ((Layout.row_major((K,), dt),) if has_w else ()), (h,))
+    x = np.zeros(lead + (K,), np.float32)
+    qs = []
+    for j, n in enumerate(rows):
+        wq, sc, bi = quantized((n, K), gs, bits, "affine", seed=j)
+        qs.append(_qmm_node(x, dt, np.array(wq), np_of(sc), np_of(bi), gs, bits, 0, True, lead + (n,))[0])
+    return [add, nrm] + qs
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("rows", [(64, 32, 32), (128, 37), (96,)])
+@pytest.mark.parametrize("has_w", [True, False])
+def test_rms_chain_plan(dt, bits, rows, has_w):
+    """A residual add, the RMS norm of its sum and 1-3 projections of the norm's output: one
+    qmv_h2n launch whose pointers are the prologue's (the Add's inputs, the norm's weight, the
+    sum, the norm's output), then the projections' qmv_h2 launch renumbered after the pair's
+    inputs and outputs; its tail is theirs plus (eps, flags); its shared memory the staged x
+    and, 16-byte aligned after it, the norm's row."""
+    nodes = _chain_nodes(rows=rows, dt=dt, bits=bits, has_w=has_w)
+    plan = Q.plan_siblings(nodes, H2Dev())
+    alone = Q.plan_siblings(nodes[2:], H2Dev()) if len(rows) > 1 else Q.plan_node(nodes[2], H2Dev())
+    assert plan is not None and alone is not None and len(plan.steps) == 1 and not plan.temps and not plan.donate
+    (lau,), (sub,) = plan.steps, alone.steps
+    assert lau.kernel == f"quantized_qmv_h2n_a{bits}_{dt}_{dt}_w32" and sub.kernel == f"quantized_qmv_h2_a{bits}_{dt}_{dt}_w32"
+    n_before = 3 + has_w
+    assert lau.n_ptrs == 5 + sub.n_ptrs == 5 + 7 + SIB_PTRS
+    w_ref = Q.inp(3) if has_w else Q.inp(0)
+    assert lau.refs[:5] == (Q.inp(0), Q.inp(1), w_ref, Q.out(0), Q.out(1))
+    assert lau.refs[5:] == tuple(r._replace(index=r.index + (n_before if r.kind == "i" else 2)) for r in sub.refs)
+    assert lau.tail == sub.tail + struct.pack("<fi", 1e-5, int(has_w))
+    assert lau.grid == sub.grid and lau.block == sub.block
+    assert lau.shared_mem == (512 // 32 * 72 + 15) // 16 * 16 + 512 * 2
+    assert lau.kernel in kt.kernel_names("quantized")
+
+
+def test_rms_chain_only_where_one_launch_serves():
+    """plan_siblings declines a chain (None: the pair and the projections run as before)
+    for more than one row, float32, a projection of another k or of another x, projections
+    that are not one qmv_h2 launch (another format each), too many of them, or a row that
+    does not fit the shared memory beside the staged x."""
+    from mlx_amd.runtime.plan import Node
+
+    dev = H2Dev()
+    assert Q.plan_siblings(_chain_nodes(), dev) is not None
+    assert Q.plan_siblings(_chain_nodes(lead=(1, 2)), dev) is None          # prefill rows
+    assert Q.plan_siblings(_chain_nodes(dt="float32"), dev) is None
+    assert Q.plan_siblings(_chain_nodes(rows=(64, 32, 32, 32)), dev) is None
+    nodes = _chain_nodes(rows=(64, 32))
+    other = _chain_nodes(rows=(32,), bits=8)[2]
+    assert Q.plan_siblings(nodes[:3] + [other], dev) is None
+    wider = _chain_nodes(K=1024, rows=(32,))[2]
+    assert Q.plan_siblings(nodes[:2] + [wider], dev) is None
+    y = nodes[1].out
+    odd = Node("mlx_amd::RMSNorm", (1e-5, True), (y, Layout.row_major((y.shape[-1] + 1,), y.dtype)), (y,))
+    assert Q.plan_siblings([nodes[0], odd] + nodes[2:], dev) is None          # a weight of another length
+    big = _chain_nodes(K=8192, rows=(32,))      # 8192 values: 18 KB staged + 16 KB row, of 40 KB
+    assert Q.plan_siblings(big, dev) is not None
+    assert Q.plan_siblings(_chain_nodes(K=10240, rows=(32,)), dev) is None   # 23 + 20 KB
+
 
 @pytest.mark.parametrize("why", ["float32", "3 bits", "6 bits", "k past shared memory", "switched off",
                                  "no shared memory", "mxfp4"])

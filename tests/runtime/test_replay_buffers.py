@@ -553,7 +553,8 @@ def _grouping_evaluator(monkeypatch, on, graphs, tables):
     from mlx_amd.runtime import bridge as B
     from mlx_amd.runtime import evaluator as E
 
-    make = {"SIBLINGS": E.sibling_table, "PAIRS": E.pair_table, "TWINS": E.twin_table}
+    make = {"SIBLINGS": E.sibling_table, "PAIRS": E.pair_table, "TWINS": E.twin_table,
+            "CHAINS": lambda d: E.chain_table(d, E.pair_table(d))}
     for t in tables:
         monkeypatch.setattr(E, t, make[t](E.DISPATCH) if on else {})
     rt, _ = make_runtime(compute_units=132)
@@ -785,12 +786,15 @@ def test_twin_cache_writes_run_as_one_launch_and_move_in_replays(monkeypatch, gr
         assert replays >= 8 and python_nodes == 0 and gpu_nodes == 2 * 10, stats
 
 
-@pytest.mark.parametrize("shape,per_layer", [("tiny", 2), ("qwen3-tiny", 3)])
-def test_twins_in_a_decode_step(monkeypatch, shape, per_layer):
+@pytest.mark.parametrize("table,shape,bits,per_layer", [("TWINS", "tiny", 0, 2), ("TWINS", "qwen3-tiny", 0, 3),
+                                                        ("CHAINS", "tiny", 4, 2), ("CHAINS", "qwen3-tiny", 8, 2)])
+def test_grouping_in_a_decode_step(monkeypatch, table, shape, bits, per_layer):
     """mlx-lm's own decode step (random weights): with the twins on, each layer launches
     `per_layer` fewer kernels (Llama: q/k RoPE and k/v cache writes; Qwen 3: also its q/k
-    norms, which then let the RoPE twins form), in replays too, and no more nodes go back
-    to Python in replays than without them."""
+    norms, which then let the RoPE twins form); with the chains on (quantized models), two
+    fewer (each residual add + RMS norm goes into the projections after it: the first
+    layer's input norm has no add, the final norm and the head make up for it); in replays
+    too, and no more nodes go back to Python in replays than without them."""
     from mlx_lm.models.cache import make_prompt_cache
     from profile_engine import null_counts
 
@@ -802,8 +806,8 @@ def test_twins_in_a_decode_step(monkeypatch, shape, per_layer):
     launches, python_nodes = {}, {}
     try:
         for on in (False, True):
-            ev = _grouping_evaluator(monkeypatch, on, False, ("TWINS",))
-            model = llm.random_model(shape, "bfloat16", 0)
+            ev = _grouping_evaluator(monkeypatch, on, False, (table,))
+            model = llm.random_model(shape, "bfloat16", 0, quantize=bits)
             cache = make_prompt_cache(model)
             out = model(mx.array([[1, 2, 3, 4]]), cache=cache)
             tok = mx.argmax(out[:, -1, :], axis=-1)

@@ -24,9 +24,9 @@ TOL = {mx.float16: (5e-3, 5e-3), mx.bfloat16: (2e-2, 3e-2), mx.float32: (1e-4, 1
 QTOL = {**TOL, mx.float16: (5e-3, 1e-2)}
 
 
-def _x(K, dtype, seed):
+def _x(K, dtype, seed, L=1):
     mx.random.seed(seed)
-    x = (mx.random.normal((1, 1, K)) / math.sqrt(K)).astype(dtype)
+    x = (mx.random.normal((1, L, K)) / math.sqrt(K)).astype(dtype)
     mx.eval(x)
     return x
 
@@ -49,17 +49,18 @@ class _Counting:
         return getattr(self.real, name)
 
 
-def _run_steps(rt, step, args, ref, steps=6, tol=TOL):
+def _run_steps(rt, step, args, ref, steps=6, tol=TOL, compare=None):
     """Evaluate step(x_t, *args) for several x_t (args[0] is x's (K, dtype): a new random
     row each time, so a stale output cannot pass) under mlx-amd and compare each output
-    with ref(x_t, *args) under plain MLX. Returns the launches Python made per evaluation,
-    the replays and the nodes replays handed back to Python."""
+    with ref(x_t, *args) under plain MLX (or ``compare(got, want, t)`` does). Returns the
+    launches Python made per evaluation, the replays and the nodes replays handed back to
+    Python."""
     ev = rt.evaluator
     launches = []
     replays0, back0 = ev.replays, ev.replay_python
     for t in range(steps):
         with plain_mlx():
-            x = _x(*args[0], seed=100 + t)
+            x = _x(*args[0][:2], 100 + t, *args[0][2:])
             want = ref(x, *args[1:])
             mx.eval(want)
         real = ev.native
@@ -70,6 +71,9 @@ def _run_steps(rt, step, args, ref, steps=6, tol=TOL):
         finally:
             ev.native = real
         launches.append(counting.n)
+        if compare is not None:
+            compare(got, want, t)
+            continue
         for j, (g, w) in enumerate(zip(got, want)):
             rt_, at = tol[w.dtype]
             assert_close(g, w, f"step {t} output {j}", rt_, at)
@@ -240,3 +244,72 @@ def _run_steps_shaped(rt, step, make_x, rest, ref, steps=6):
         for j, (g, w) in enumerate(zip(got, want)):
             assert_close(g, w, f"step {t} output {j}")   # the oracle's tolerances by dtype
     return launches, ev.replays - replays0, ev.replay_python - back0
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+@pytest.mark.parametrize("bits,gs,rows,K,L", [(4, 64, (512, 128, 128), 1024, 1), (8, 32, (256,), 512, 1),
+                                              (2, 128, (1024, 1000), 2048, 1), (4, 64, (64, 32), 4096, 1),
+                                              (4, 64, (128, 64), 512, 2)])
+def test_residual_norm_projections_chain(gpu_runtime, graphs, monkeypatch, dt, bits, gs, rows, K, L):
+    """An Add, the RMSNorm of its sum and the quantized projections of the norm's output (a
+    transformer block's residual, next norm and q/k/v or gate/up) run as one launch
+    (qmv_h2n: each block makes the norm's row itself), at the first sightings and in native
+    replays: the sum and the norm (both read later) equal MLX on the CPU within the oracle's
+    tolerances, and every product is the float32 product of that norm's output (an ulp of
+    the norm moves a product of k terms by ~sqrt(k) ulps: compared with the CPU's own norm,
+    small products would fail for that alone) within the tolerances above. With the chains
+    off: the pair and the projections, one launch each; and so with them on for two rows (a
+    prompt: qmv_h2n takes one)."""
+    from mlx_amd.runtime import evaluator as E
+
+    dtype = {"bf16": mx.bfloat16, "f16": mx.float16}[dt]
+    mx.random.seed(11)
+    w = (1.0 + 0.1 * mx.random.normal((K,))).astype(dtype)
+    r = mx.random.normal((1, L, K)).astype(dtype)
+    qs = []
+    for j, n in enumerate(rows):
+        mx.random.seed(40 + j)   # weights ~1/sqrt(k), as a model's: products O(1) from the O(1) norm
+        q = mx.quantize((mx.random.normal((n, K)) / math.sqrt(K)).astype(dtype), group_size=gs, bits=bits)
+        qs.extend(q)
+    mx.eval(w, r, *qs)
+
+    def projections(y, flat):
+        return [mx.quantized_matmul(y, *flat[3 * j: 3 * j + 3], transpose=True, group_size=gs, bits=bits)
+                for j in range(len(rows))]
+
+    def step(x, r, w, *flat):
+        h = x * 64.0 + r           # x: O(1/sqrt(K)); the sum O(1)
+        y = mx.fast.rms_norm(h, w, 1e-5)
+        return [h * 2.0, y] + projections(y, flat)
+
+    def ref(x, r, w, *flat):       # MLX's CPU sum and norm
+        h = x * 64.0 + r
+        return [h * 2.0, mx.fast.rms_norm(h, w, 1e-5)]
+
+    def compare(got, want, t):
+        assert_close(got[0], want[0], f"step {t}: the sum")
+        assert_close(got[1], want[1], f"step {t}: the norm")
+        with plain_mlx():
+            y = mx.array(np.array(got[1].astype(F32))).astype(dtype)
+            for j in range(len(rows)):
+                wq, s, b = qs[3 * j: 3 * j + 3]
+                d = mx.dequantize(wq, s.astype(F32), b.astype(F32), group_size=gs, bits=bits, dtype=F32)
+                assert_close(got[2 + j], (y.astype(F32) @ d.T).astype(dtype), f"step {t}: product {j}", *QTOL[dtype])
+
+    launches, replays, back = _run_steps(gpu_runtime, step, [(K, dtype, L), r, w] + qs, ref, compare=compare)
+    # x * 64 and h * 2 besides the chain's one launch; nothing handed back to Python
+    assert launches[0] == launches[1] and replays == 4 and back == 0, (launches, replays, back)
+    on = launches[0]
+    by = gpu_runtime.evaluator.stats.by_prim
+    assert by["QuantizedMatmul"]["cpu"] == 0 and by["mlx_amd::RMSNorm"]["cpu"] == 0
+    monkeypatch.setattr(E, "CHAINS", {})
+    ev = gpu_runtime.evaluator
+    ev.drop_programs()
+    ev._seen.clear()
+    ev._sib_groups.clear()
+    launches, _, back = _run_steps(gpu_runtime, step, [(K, dtype, L), r, w] + qs, ref, compare=compare)
+    assert launches[0] == launches[1] and back == 0, launches
+    # one launch fewer for one row; none for two (the projections then as qmv_h2 or qmv_mma
+    # would take them, with or without siblings)
+    assert on == launches[0] - (L == 1) and (L > 1 or on == 3), (on, launches)
+

@@ -6,9 +6,9 @@ node's signature, no GPU involved; None sends the node to MLX's CPU fallback.
 
 The evaluator dispatches on the union of the ``PRIMITIVES`` tables of every module in
 this package, discovered here, so a new family is a new file and nothing else changes.
-Optionally ``SIBLINGS`` / ``PAIRS_AFTER`` / ``TWINS`` and ``plan_siblings(nodes, device)``:
-several nodes as one plan (``sibling_table``, ``pair_table``, ``twin_table``;
-docs/architecture.md).
+Optionally ``SIBLINGS`` / ``PAIRS_AFTER`` / ``TWINS`` / ``CHAINS_AFTER`` and
+``plan_siblings(nodes, device)``: several nodes as one plan (``sibling_table``,
+``pair_table``, ``twin_table``, ``chain_table``; docs/architecture.md).
 A family with ``VERIFIED = False`` (written, compile- and CPU-checked, but not yet run by
 the GPU suite) is left out unless ``MLX_AMD_UNVERIFIED=1``: MLX's CPU fallback serves its
 primitives meanwhile.
@@ -91,3 +91,20 @@ def twin_table(dispatch: dict) -> dict:
     q and k rotations, its k and v cache writes), of those ``dispatch`` routes to it."""
     return {prim: mod for prim, mod in dispatch.items()
             if prim in getattr(mod, "TWINS", ()) and hasattr(mod, "plan_siblings")}
+
+
+def chain_table(dispatch: dict, pairs: dict) -> dict:
+    """(first, second) of a pair (``pair_table``) -> {primitive: family module} of the nodes
+    reading the pair's output as first input that the module plans with the pair as one
+    (its ``CHAINS_AFTER`` and ``plan_siblings``: a residual add and RMS norm, then the
+    projections of the norm's output), where ``dispatch`` routes them to it."""
+    out = {}
+    for mod in set(dispatch.values()):
+        if not hasattr(mod, "plan_siblings"):
+            continue
+        for pair, prims in getattr(mod, "CHAINS_AFTER", {}).items():
+            if pair in pairs:
+                for prim in prims:
+                    if dispatch.get(prim) is mod:
+                        out.setdefault(pair, {})[prim] = mod
+    return out

@@ -121,9 +121,32 @@ def plan_siblings(nodes, device):
     [RMSNorm, RMSNorm] (TWINS): ``_twin``."""
     if len(nodes) == 2 and nodes[0].prim == nodes[1].prim == "mlx_amd::RMSNorm":
         return _twin(nodes, device)
-    if len(nodes) != 2 or nodes[0].prim != "Add" or nodes[1].prim != "mlx_amd::RMSNorm":
+    if len(nodes) != 2:
+        return None
+    got = add_rms(*nodes)
+    if got is None:
         return None
     add, nrm = nodes
+    h = add.out
+    dt = h.dtype
+    rows, n, eps, has_w = got
+    wave = _plan.wave_width(device)
+    layout, threads = choose(n, h.itemsize, h.itemsize, wave, rows, _plan.compute_units(device))
+    if layout != "r":
+        return None
+    name = _table().add_kernel(kt, dt, wave)
+    # inputs: the Add's two, then the norm's (its x is the Add's output: never read here)
+    refs = (inp(0), inp(1), inp(3) if has_w else inp(0), out(0), out(1))
+    tail = _ADD_ARGS.pack(rows, n, 1 if has_w else 0, eps, 0)
+    return Plan((Launch(FAMILY, name, (rows, 1, 1), (threads, 1, 1), 0, 5, tail, refs=refs),))
+
+
+def add_rms(add, nrm):
+    """(rows, n, eps, has weight) of an Add and the RMSNorm of its sum that one pass can
+    compute (norm_r_rmsadd here, qmv_h2n's prologue in the quantized family): same-shape
+    row-contiguous operands of one float dtype, the norm's output in it; else None."""
+    if add.prim != "Add" or nrm.prim != "mlx_amd::RMSNorm":
+        return None
     if len(add.ins) != 2 or len(add.outs) != 1 or len(nrm.outs) != 1:
         return None
     h, y = add.out, nrm.out
@@ -142,15 +165,7 @@ def plan_siblings(nodes, device):
         return None
     if has_w and (nrm.ins[1].dtype != dt or nrm.ins[1].shape != (n,) or (n > 1 and nrm.ins[1].strides[0] != 1)):
         return None
-    wave = _plan.wave_width(device)
-    layout, threads = choose(n, h.itemsize, h.itemsize, wave, rows, _plan.compute_units(device))
-    if layout != "r":
-        return None
-    name = _table().add_kernel(kt, dt, wave)
-    # inputs: the Add's two, then the norm's (its x is the Add's output: never read here)
-    refs = (inp(0), inp(1), inp(3) if has_w else inp(0), out(0), out(1))
-    tail = _ADD_ARGS.pack(rows, n, 1 if has_w else 0, eps, 0)
-    return Plan((Launch(FAMILY, name, (rows, 1, 1), (threads, 1, 1), 0, 5, tail, refs=refs),))
+    return rows, n, eps, has_w
 
 
 def _twin(nodes, device):

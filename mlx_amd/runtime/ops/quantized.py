@@ -53,7 +53,7 @@ import struct
 from .. import kernel_table as kt
 from .. import matrix_units
 from ..launch import Launch
-from ..plan import Layout, Memset, Plan, compute_units, embed, inp, ksplit, out, tmp, wave_width
+from ..plan import Layout, Memset, Plan, compute_units, embed, inp, ksplit, out, regroup, tmp, wave_width
 from . import copy as copy_family
 from . import elementwise as ew
 
@@ -80,6 +80,8 @@ _SIB_ROWS = struct.Struct("<2q")            # QmvSibRows (after QmvArgs: qmv_h2 
 QSIBS = 2                                   # MLXA_QSIBS
 # QuantizedMatmul nodes on one x (q/k/v, gate/up) may run as one qmv_h2 launch (plan_siblings)
 SIBLINGS = ("QuantizedMatmul",)
+# ... and with the residual add and RMS norm before them as one qmv_h2n launch (chain)
+CHAINS_AFTER = {("Add", "mlx_amd::RMSNorm"): ("QuantizedMatmul",)}
 _DEQ_TAIL = struct.Struct("<6q2i16q")      # after the 4 pointers
 _QUANT_TAIL = struct.Struct("<q2i")        # after the 4 pointers
 _FP8_TAIL = struct.Struct("<q")            # after the 2 pointers
@@ -342,10 +344,15 @@ def _qmv_h2_serves(p: Problem, device, dt) -> bool:
     f = p.fmt
     if not (QMV_HALF2 and f.affine and f.bits in t.QMV_H2_ROWS and dt in t.QMV_H2_DTYPES):
         return False
-    limit = min(int(getattr(device, "max_shared_memory_per_block", 0) or 0), 49152) - QMV_H2_STATIC_SMEM
+    limit = _qmv_h2_smem_limit(device)
     # row offsets from a batch's w, scales and biases are 32-bit in the kernel
     rows_ok = all(p.N * _row_stride(lay) < 2**32 for lay in (p.w, p.s, p.b))
     return p.K % 32 == 0 and p.K // 32 * t.QMV_H2_SMEM_PER_CHUNK <= limit and rows_ok
+
+
+def _qmv_h2_smem_limit(device) -> int:
+    """Dynamic shared memory qmv_h2 may take beside its own static shared memory."""
+    return min(int(getattr(device, "max_shared_memory_per_block", 0) or 0), 49152) - QMV_H2_STATIC_SMEM
 
 
 QMV_H2_PER_CU = 12        # plan.ksplit's waves per CU for qmv_h2 (tools/qmv_mma.cu)
@@ -491,6 +498,8 @@ def plan_siblings(nodes, device):
     so this is what decode's q/k/v and gate/up gain. Only where each alone would take
     qmv_h2 (decode rows, affine 16-bit) with the same format, k, rows of x and row strides,
     one batch, x read in place; else None (each runs alone)."""
+    if nodes and nodes[0].prim == "Add":
+        return _plan_rms_chain(nodes, device)
     ps = [_problem(n, gather=False) for n in nodes]
     if len(ps) < 2 or len(ps) > 1 + QSIBS or any(p is None for p in ps):
         return None
@@ -503,6 +512,55 @@ def plan_siblings(nodes, device):
                 or any(_row_stride(a) != _row_stride(b) for a, b in ((p.w, p0.w), (p.s, p0.s), (p.b, p0.b)))):
             return None
     return _plan_qmv(p0, device, sibs=tuple(ps[1:]))
+
+
+_PRO_SHAPE = struct.Struct("<fi")     # QmvProShape (after QmvSibRows: qmv_h2n only)
+
+
+def _plan_rms_chain(nodes, device):
+    """[Add, RMSNorm of its sum, 1-3 QuantizedMatmuls of the norm's output] (the evaluator's
+    CHAINS: a transformer block's residual add, its next norm and the projections after it)
+    as one qmv_h2n launch: each block makes the norm's row itself before its products, block
+    (0, 0) writes the sum and the norm's output (later nodes read them). A decode row only
+    (one row of x, no batch) where the projections alone would be one qmv_h2 launch and the
+    norm's row fits the shared memory beside the staged x; else None (the pair and the
+    projections run as before)."""
+    from . import norm
+
+    if len(nodes) < 3 or len(nodes) > 3 + QSIBS:
+        return None
+    add, nrm, *qs = nodes
+    got = norm.add_rms(add, nrm)
+    if got is None or any(q.prim != "QuantizedMatmul" for q in qs):
+        return None
+    rows, n, eps, has_w = got
+    y = nrm.out
+    ps = [_problem(q, gather=False) for q in qs]
+    if rows != 1 or any(p is None or p.x.shape != y.shape or p.x.dtype != y.dtype or p.K != n for p in ps):
+        return None
+    sub = plan_siblings(qs, device) if len(qs) > 1 else _plan_qmv(ps[0], device)
+    if sub is None or len(sub.steps) != 1 or sub.temps:
+        return None
+    (lau,) = sub.steps
+    t = _table()
+    dt, bits, W = y.dtype, ps[0].fmt.bits, wave_width(device)
+    if lau.kernel != t.qmv_h2_name(kt, bits, dt, W):
+        return None
+    smem = _pro_offset(n // 32) + n * ITEM[dt]
+    if smem > _qmv_h2_smem_limit(device):
+        return None
+    n_before = len(add.ins) + len(nrm.ins)
+    # the prologue's pointers (the Add's two inputs, the norm's weight, the sum, the norm's
+    # output), then the projections' launch with its references after the pair's
+    pro = (inp(0), inp(1), inp(n_before - 1) if has_w else inp(0), out(0), out(1))
+    return Plan((Launch(FAMILY, t.qmv_h2n_name(kt, bits, dt, W), lau.grid, lau.block, smem, 5 + lau.n_ptrs,
+                        lau.tail + _PRO_SHAPE.pack(eps, 1 if has_w else 0),
+                        pro + regroup(lau.refs, n_before, 2)),))
+
+
+def _pro_offset(chunks: int) -> int:
+    """mlxa::q::qmv_h2_pro_offset: bytes of staged x before the prologue's row."""
+    return (chunks * _table().QMV_H2_SMEM_PER_CHUNK + 15) & ~15
 
 
 # ---- prefill: dequantize, then the matmul family's GEMM -------------------------------
