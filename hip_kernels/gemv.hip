@@ -7,7 +7,10 @@
 // path needs a row base and stride aligned to 16 bytes; anything else (sliced views)
 // takes the scalar path, chosen per launch. One launch may also cover sibling matrices
 // times the same x (gemv_args.h: GemvSibs), their row blocks after the first matrix's.
+// gemv_n: the same with x made by a residual add + RMS norm in each block first (one launch
+// fewer; mlxa/norm_prologue.h).
 #include "mlxa/gemv_args.h"
+#include "mlxa/norm_prologue.h"
 #include "mlxa/types.h"
 #include "mlxa/wave.h"
 
@@ -41,8 +44,13 @@ MLXA_DEVICE void gemv_steps(float* acc, const Vec<T, 16 / sizeof(T)>* xv, const 
     }
 }
 
-template <typename T, int W, int R = kGemvRows, int U = kGemvSteps>
-MLXA_DEVICE void gemv(const GemvSibs& sib, const GemvArgs& a, const GemvSibRows& sr) {
+MLXA_DYNAMIC_SHARED(gemv_xs, Vec<uint32_t, 4>);
+
+// Pro (gemv_n): x made by the RMS norm prologue (mlxa/norm_prologue.h; one row, one batch,
+// a.x not read) into dynamic shared memory, k values.
+template <typename T, int W, bool Pro = false, int R = kGemvRows, int U = kGemvSteps>
+MLXA_DEVICE void gemv(const GemvSibs& sib, const GemvArgs& a, const GemvSibRows& sr, const RmsPro* pro = nullptr,
+                      const RmsProShape* ps = nullptr) {
   constexpr int V = 16 / sizeof(T);
   const int lane = wave_lane<W>(), wave = wave_index<W>();
   const int ks = a.ksplit, kpart = wave % ks;
@@ -64,6 +72,12 @@ MLXA_DEVICE void gemv(const GemvSibs& sib, const GemvArgs& a, const GemvSibRows&
   const long long row0 = (blk * (kGemvWaves / ks) + wave / ks) * R;
   const long long bat = blockIdx.y;
   const T* x = (const T*)a.x + bat * a.batch_x;
+  if constexpr (Pro) {
+    Vec<uint32_t, 4>* xs = gemv_xs;   // (an object on the emulator: converts to the pointer)
+    T* ys = (T*)xs;
+    rms_prologue<T, W>(ys, *pro, *ps, (uint32_t)K);
+    x = ys;
+  }
   // rows past the end read the last row (valid memory); their sums are never stored
   const T* w[R];
 #pragma unroll
@@ -74,7 +88,7 @@ MLXA_DEVICE void gemv(const GemvSibs& sib, const GemvArgs& a, const GemvSibRows&
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   if (row0 < N) {
     const bool vec = a.incx == 1 && K % V == 0 && a.ldw % V == 0 &&
-                     ((unsigned long long)wm % 16) == 0 && ((unsigned long long)a.x % 16) == 0 &&
+                     ((unsigned long long)wm % 16) == 0 && ((unsigned long long)x % 16) == 0 &&
                      (a.batch_w % V) == 0 && (a.batch_x % V) == 0;
     if (vec) {
       const long long nv = K / V, step = (long long)W * ks;
@@ -129,6 +143,12 @@ MLXA_DEVICE void gemv(const GemvSibs& sib, const GemvArgs& a, const GemvSibRows&
 #define MLXA_GEMV(name, T, W)                                                                   \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::kGemvWaves * W) name(GemvSibs s, GemvArgs a, GemvSibRows r) { \
     MLXA_WAVE_KERNEL_BODY(W, mlxa::gemv<T, W>(s, a, r))                                         \
+  }
+
+#define MLXA_GEMV_N(name, T, W)                                                                 \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::kGemvWaves * W)                                       \
+  name(RmsPro p, GemvSibs s, GemvArgs a, GemvSibRows r, RmsProShape ps) {                         \
+    MLXA_WAVE_KERNEL_BODY(W, (mlxa::gemv<T, W, true>(s, a, r, &p, &ps)))                          \
   }
 
 #include "gemv.inc"

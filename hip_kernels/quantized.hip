@@ -29,6 +29,7 @@
 //   qdq       QQMatmul's x quantized to an fp mode and back (MLX's CPU arithmetic); the
 //             product is then qmv or the prefill path on that x.
 #include "mlxa/mma.h"
+#include "mlxa/norm_prologue.h"
 #include "mlxa/quantized_args.h"
 #include "mlxa/types.h"
 #include "mlxa/wave.h"
@@ -564,65 +565,6 @@ MLXA_DEVICE bool qmv_h2_stage(Vec<uint32_t, 4>* xs, uint32_t nch, uint32_t c, co
 
 MLXA_DYNAMIC_SHARED(qmv_h2_x, Vec<uint32_t, 4>);
 
-// qmv_h2's RMS norm prologue (QmvPro): sum = x + r and y = rms_norm(sum) * w of the one row
-// into ys (shared memory, 16-byte aligned), as the Add and RMSNorm nodes round them (the
-// norm family's norm_add_row: statistics in float, y rounded after the scale and again after
-// the weight); block (0, 0) also stores both. Every block recomputes them (k values from
-// L2: cheaper than the separate norm launch each projection would wait for).
-template <typename T, int W>
-MLXA_DEVICE void qmv_h2_rms(T* ys, const QmvPro& p, const QmvProShape& ps, uint32_t k) {
-  constexpr int V = 16 / sizeof(T);
-  __shared__ float scratch[kQmvH2Threads / W];
-  const T* x = (const T*)p.x;
-  const T* r = (const T*)p.r;
-  const T* w = (const T*)p.w;
-  const bool store = blockIdx.x == 0 && blockIdx.y == 0;
-  const bool vec = aligned(x, 16) && aligned(r, 16) && aligned(w, 16) && aligned(p.sum, 16) && aligned(p.out, 16);
-  float s = 0.0f;
-  for (uint32_t g = threadIdx.x * V; g < k; g += blockDim.x * V) {   // k: a multiple of 32
-    Vec<T, V> xv, rv, h;
-    if (vec) {
-      xv = *(const Vec<T, V>*)(x + g);
-      rv = *(const Vec<T, V>*)(r + g);
-    } else {
-#pragma unroll
-      for (int j = 0; j < V; ++j) xv.v[j] = x[g + j], rv.v[j] = r[g + j];
-    }
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      h.v[j] = cast<T>((float)widen(xv.v[j]) + (float)widen(rv.v[j]));
-      const float f = (float)widen(h.v[j]);
-      s += f * f;
-    }
-    *(Vec<T, V>*)(ys + g) = h;
-    if (store) {
-      if (vec) *(Vec<T, V>*)((T*)p.sum + g) = h;
-      else
-#pragma unroll
-        for (int j = 0; j < V; ++j) ((T*)p.sum)[g + j] = h.v[j];
-    }
-  }
-  const float scale = rsqrtf(block_reduce<W>(s, [](float a, float b) { return a + b; }, scratch) *
-                             (1.0f / (float)k) + ps.eps);
-  for (uint32_t g = threadIdx.x * V; g < k; g += blockDim.x * V) {   // the groups this thread wrote
-    Vec<T, V> y = *(const Vec<T, V>*)(ys + g);
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      T v = cast<T>(__fmul_rn((float)widen(y.v[j]), scale));
-      if (ps.flags & 1) v = cast<T>(__fmul_rn((float)widen(v), (float)widen(w[g + j])));
-      y.v[j] = v;
-    }
-    *(Vec<T, V>*)(ys + g) = y;
-    if (store) {
-      if (vec) *(Vec<T, V>*)((T*)p.out + g) = y;
-      else
-#pragma unroll
-        for (int j = 0; j < V; ++j) ((T*)p.out)[g + j] = y.v[j];
-    }
-  }
-  sync_block();   // staging reads other threads' groups
-}
-
 // Bytes of qmv_h2's dynamic shared memory before the prologue's row (16-byte aligned).
 MLXA_DEVICE uint32_t qmv_h2_pro_offset(uint32_t nch) { return (nch * 72u + 15u) & ~15u; }
 
@@ -637,11 +579,11 @@ struct H2Seg {
   long long first, rows;
 };
 
-// Pro: x is the RMS norm prologue's (pro, ps; m == 1, batch 1), staged from shared memory.
+// Pro: x is the RMS norm prologue's (mlxa/norm_prologue.h; m == 1, batch 1), staged from shared memory.
 template <typename T, int B, int W, bool Pro = false, int R = H2Fmt<B>::R, int NW = qmv_h2_groups<W>,
           int S = kQmvH2Stages>
-MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& sr, const QmvPro* pro = nullptr,
-                        const QmvProShape* ps = nullptr) {
+MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& sr, const RmsPro* pro = nullptr,
+                        const RmsProShape* ps = nullptr) {
   const int lane = wave_lane<W>(), wave = wave_index<W>();
   const unsigned M = (unsigned)a.m;
   const unsigned m = blockIdx.x % M;
@@ -696,7 +638,7 @@ MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& 
         qmv_h2_load<T, B, R>(L[st], rows, o, cs < nch ? cs : last);
       }
       if (!staged) {   // the first row block's loads fly while x is made (Pro) and staged
-        if constexpr (Pro) qmv_h2_rms<T, W>(ys, *pro, *ps, nch * 32u);
+        if constexpr (Pro) rms_prologue<T, W>(ys, *pro, *ps, nch * 32u);
         if (threadIdx.x == 0) bad = 0;
         sync_block();
         bool fin = true;
@@ -1325,7 +1267,7 @@ MLXA_DEVICE void qdq(const QdqArgs& a) {
   }
 #define MLXA_QMV_H2N(name, T, B, W)                                                     \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(mlxa::q::kQmvH2Threads, 2)                     \
-  name(QmvPro p, QmvSibs s, QmvArgs a, QmvSibRows r, QmvProShape ps) {                   \
+  name(RmsPro p, QmvSibs s, QmvArgs a, QmvSibRows r, RmsProShape ps) {                   \
     MLXA_WAVE_KERNEL_BODY(W, (mlxa::q::qmv_h2<T, B, W, true>(s, a, r, &p, &ps)))          \
   }
 #define MLXA_QMV_MMA(name, T, G)                                                           \

@@ -661,20 +661,36 @@ class Evaluator:
             # node), whose other inputs are there when the pair runs
             on_slot: dict = {}
             for key, members in by_key.items():
-                on_slot.setdefault(key[2], []).append((key[0], members))
+                root = key[2]
+                while isinstance(root, tuple):   # x through views (MLX's matmul flattens it)
+                    root = root[2]
+                on_slot.setdefault(root, []).append((key[0], members))
             for i, f, _fam in pairs:
                 readers = CHAINS.get((nodes[i][0], nodes[f][0]))
                 if not readers or groups.get(i) != (f,):
                     continue
                 for prim, members in on_slot.get(nodes[f][3][0], ()):
                     run = tuple(members[: 1 + MAX_SIBLINGS])
-                    if prim in readers and all(ready_at(nodes[c][2][1:], i) for c in run):
-                        chains[i] = (run, readers[prim])
-                        for c in run:
-                            views = views_of(c, i)
-                            if views:
-                                chain_early[c] = views
-                        break
+                    if prim not in readers or not all(ready_at(nodes[c][2][1:], i) for c in run):
+                        continue
+                    # views of the pair's outputs (x flattened) cannot be made first: the plan
+                    # makes their input; they are made right after it, before their reader
+                    # finishes (chain_late)
+                    here = set(nodes[i][3]) | set(nodes[f][3])
+                    late = {}
+                    for c in run:
+                        views = []
+                        for v in views_of(c, i):
+                            if v[2] in here:
+                                here.add(v[1])
+                                late.setdefault(c, []).append(v)
+                            else:
+                                views.append(v)
+                        if views:
+                            chain_early[c] = tuple(views)
+                    chains[i] = (run, readers[prim], frozenset(here - set(nodes[i][3]) - set(nodes[f][3])),
+                                 {c: tuple(v) for c, v in late.items()})
+                    break
         cached = self._sib_groups[fp] = (groups, early, fams, chains, chain_early) if groups else {}
         return cached
 
@@ -707,13 +723,14 @@ class Evaluator:
             if group is not None:
                 fresh = False
                 chain = chains.get(i)
+                late = None
                 if chain is not None:    # the pair and the projections of its output as one
-                    run, fam = chain
+                    run, fam, views_here, late = chain
                     full = group + run
                     if all(f not in done for f in full) and \
                             all(self._early_views(g, early.get(f), done, prog) for f in group) and \
                             all(self._early_views(g, chain_early.get(f), done, prog) for f in run):
-                        fresh = self._gpu(g, metas, fam, prim, params, ins, outs, prog, i, full)
+                        fresh = self._gpu(g, metas, fam, prim, params, ins, outs, prog, i, full, views_here)
                         group = full if fresh else group
                 if not fresh:
                     group = tuple(f for f in group if f not in done and self._early_views(g, early.get(f), done, prog))
@@ -725,6 +742,8 @@ class Evaluator:
                     self.stats.by_prim[prim]["gpu"] += 1
                     g.finish(i)     # first: a sibling may be the last reader of its output
                     for f in group:
+                        if late and f in late and not self._early_views(g, late[f], done, prog):
+                            raise RuntimeError(f"mlx-amd: a view of a chain's output for node {f} could not be made")
                         g.finish(f)
                     freed = _bridge.drain_freed()
                     if freed:
@@ -866,14 +885,15 @@ class Evaluator:
         if freed:
             _route_freed(freed)
 
-    def _gpu(self, g, metas, fam, prim, params, ins, outs, prog=None, i=-1, siblings=()):
+    def _gpu(self, g, metas, fam, prim, params, ins, outs, prog=None, i=-1, siblings=(), views_here=()):
         """Run one node through its family's plan; False: no plan covers it (fallback).
         Else [(key, device address)] of the fresh output buffers (or True: none).
         ``siblings``: later nodes (same primitive on the same first input, or the node
         reading this one's output: _sibling_groups) to compute in the same plan if the
         family's ``plan_siblings`` takes them;
         False if it does not (then nothing ran). Their inputs and outputs follow the node's
-        own in the plan's references; the caller finishes them after the node."""
+        own in the plan's references; the caller finishes them after the node. ``views_here``:
+        slots of views of the group's outputs (made later) that the plan does not read."""
         sizes = in_sig = None
         if siblings:
             sizes = [(len(ins), len(outs), prim, params)]
@@ -884,10 +904,10 @@ class Evaluator:
                 ins += f_ins
                 outs += f_outs
             sizes = tuple(sizes)
-            own = set(outs)
+            own = set(outs).union(views_here)
             # a sibling's input that an earlier member makes (an Add's sum its RMSNorm reads,
-            # the norm's output the projections of a chain read): row-major, made by the same
-            # launch; the plan does not read it as an input
+            # the norm's output the projections of a chain read, or a view of it): row-major,
+            # made by the same launch; the plan does not read it as an input
             infos = [_made_here(metas[s]) if s in own else g.info(s) for s in ins]
             if None in infos:
                 return False

@@ -623,11 +623,20 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       // its inputs may be views still to run (W.T, x reshaped by MLX's matmul at each
       // call): make them now, as recorded
       // (an input the node or an earlier sibling makes, e.g. the Add's sum its RMSNorm reads,
-      // the norm's output a chained projection reads, is not resolved: the plan writes it and
-      // does not read it as an input)
+      // the norm's output a chained projection reads, or a view of one still to run, is not
+      // resolved: the plan writes it and does not read it as an input; the view runs later)
       const auto made_here = [&](int64_t s) {
-        const auto p = slots_[s].producer;
-        return p == n || std::find(pn.siblings.begin(), pn.siblings.begin() + k, p) != pn.siblings.begin() + k;
+        for (;;) {
+          const auto p = slots_[s].producer;
+          if (p < 0) return false;
+          if (p == n || std::find(pn.siblings.begin(), pn.siblings.begin() + k, p) != pn.siblings.begin() + k) {
+            return true;
+          }
+          if (nodes_[p].finished || nodes_[p].inputs.size() != 1 || prog.at(p, "replay").kind != PKind::View) {
+            return false;
+          }
+          s = nodes_[p].inputs[0];
+        }
       };
       for (size_t i = 0; i < fnode.inputs.size() && same; ++i) {
         same = made_here(fnode.inputs[i]) || early_view(prog, fnode.inputs[i], 0);
@@ -754,7 +763,12 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       }
     }
     finish(n);
-    for (auto f : pn.siblings) finish(f);
+    for (auto f : pn.siblings) {
+      // views of what the group made that a sibling reads (a chain's x flattened): made now,
+      // before their reader finishes (their input is there; its producer finished first)
+      for (auto s_in : nodes_[f].inputs) early_view(prog, s_in, 0);
+      finish(f);
+    }
     recycle_freed(outputs);   // the intermediates that just died serve the next nodes
   }
   } catch (...) {

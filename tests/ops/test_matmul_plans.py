@@ -14,7 +14,7 @@ import pytest
 from mlx_amd.runtime import kernel_table as kt
 from mlx_amd.runtime.launch import Launch
 from mlx_amd.runtime.ops import matmul as mm
-from mlx_amd.runtime.plan import HostCall, Layout, Memset, Node
+from mlx_amd.runtime.plan import HostCall, Layout, Memset, Node, Ref
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -397,3 +397,57 @@ def test_gemv_siblings_only_where_one_launch_serves(monkeypatch):
     monkeypatch.setenv("MLX_AMD_GEMM", "blas")
     assert mm.plan_siblings([node(64), node(16)], Dev()) is None
 
+
+
+def _chain(rows, K=96, dt="bfloat16", M=1, has_w=True):
+    """[Add, RMSNorm of its sum, Matmuls of the norm's output flattened] as the evaluator
+    hands a chain to plan_siblings (inputs made by the group: row-major)."""
+    h = Layout.row_major((1, M, K), dt)
+    add = Node("Add", (), (h, h), (h,))
+    nrm = Node("mlx_amd::RMSNorm", (1e-6, has_w), (h,) + ((Layout.row_major((K,), dt),) if has_w else ()), (h,))
+    ms = [Node("Matmul", (), (Layout.row_major((M, K), dt), Layout.strided((K, n), (1, K), dt)),
+               (Layout.row_major((M, n), dt),)) for n in rows]
+    return [add, nrm] + ms
+
+
+class SmemDev(Dev):
+    max_shared_memory_per_block = 49152
+
+
+@pytest.mark.parametrize("rows", [(64, 16, 16), (256,), (8, 100)])
+@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
+@pytest.mark.parametrize("has_w", [True, False])
+def test_gemv_rms_chain_plan(monkeypatch, rows, dt, has_w):
+    """A residual add, its RMS norm and the projections of the norm's output (flattened by
+    MLX's matmul) as one gemv_rmsrows launch: RmsPro's pointers (the Add's inputs, the norm's
+    weight, the sum, the norm's output) first, then the projections' gemv launch with its
+    references after the pair's, RmsProShape after its tail, the norm's row in dynamic shared
+    memory."""
+    monkeypatch.delenv("MLX_AMD_GEMM", raising=False)
+    nodes = _chain(rows, dt=dt, has_w=has_w)
+    plan = mm.plan_siblings(nodes, SmemDev())
+    sub = mm.plan_siblings(nodes[2:], SmemDev()) if len(rows) > 1 else mm.plan_node(nodes[2], SmemDev())
+    assert plan is not None and len(plan.steps) == 1 and not plan.temps
+    (st,), (one,) = plan.steps, sub.steps
+    assert st.kernel == f"gemv_rmsrows_{dt}_{dt}_w32" and one.kernel == f"gemv_rows_{dt}_{dt}_w32"
+    assert st.kernel in kt.kernel_names("gemv")
+    n_before = 3 + has_w
+    assert st.refs[:5] == (Ref("i", 0), Ref("i", 1), Ref("i", n_before - 1 if has_w else 0), Ref("o", 0), Ref("o", 1))
+    assert st.refs[5:] == tuple(r._replace(index=r.index + (n_before if r.kind == "i" else 2)) for r in one.refs)
+    assert st.n_ptrs == 5 + one.n_ptrs and st.tail == one.tail + struct.pack("<fi", 1e-6, int(has_w))
+    assert st.grid == one.grid and st.block == one.block and st.shared_mem == 96 * (4 if dt == "float32" else 2)
+
+
+def test_gemv_rms_chain_only_where_one_launch_serves(monkeypatch):
+    """No chain for prompt rows, projections that are not one gemv launch (another k), the
+    vendor-library mode, or a row past the shared memory."""
+    monkeypatch.delenv("MLX_AMD_GEMM", raising=False)
+    dev = SmemDev()
+    assert mm.plan_siblings(_chain((64, 16)), dev) is not None
+    assert mm.plan_siblings(_chain((64, 16), M=2), dev) is None
+    other = _chain((16,), K=64)[2]
+    assert mm.plan_siblings(_chain((64,))[:3] + [other], dev) is None
+    assert mm.plan_siblings(_chain((64,), K=20000), dev) is not None          # 40 KB of bfloat16
+    assert mm.plan_siblings(_chain((64,), K=24000), dev) is None
+    monkeypatch.setenv("MLX_AMD_GEMM", "blas")
+    assert mm.plan_siblings(_chain((64, 16)), dev) is None

@@ -15,6 +15,7 @@ import pytest
 
 from mlx_amd.runtime import kernel_table as kt
 from mlx_amd.runtime.launch import Launch
+from mlx_amd.runtime.ops import norm as N
 from mlx_amd.runtime.ops import quantized as Q
 from mlx_amd.runtime.plan import HostCall, Layout, Node
 
@@ -34,14 +35,14 @@ class Dev:
 def test_arg_structs_match_header(tmp_path):
     src = tmp_path / "s.cpp"
     src.write_text(
-        '#include <cstdio>\n#include <cstddef>\n#include "mlxa/quantized_args.h"\n'
+        '#include <cstdio>\n#include <cstddef>\n#include "mlxa/quantized_args.h"\n#include "mlxa/norm_args.h"\n'
         'int main(){printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu\\n", sizeof(QmvArgs), offsetof(QmvArgs, m),'
         ' offsetof(QmvArgs, group_shift), offsetof(QmvArgs, out_shape), offsetof(QmvArgs, b_str),'
         ' sizeof(DequantArgs), offsetof(DequantArgs, group_shift), offsetof(DequantArgs, b_str),'
         ' sizeof(QuantizeArgs), offsetof(QuantizeArgs, group_size), sizeof(Fp8Args));'
         ' printf("%zu %zu\\n", sizeof(QdqArgs), offsetof(QdqArgs, groups));'
         ' printf("%zu %zu %d\\n", sizeof(QmvSibs), sizeof(QmvSibRows), MLXA_QSIBS);'
-        ' printf("%zu %zu %zu\\n", sizeof(QmvPro), offsetof(QmvPro, out), sizeof(QmvProShape));}\n')
+        ' printf("%zu %zu %zu\\n", sizeof(RmsPro), offsetof(RmsPro, out), sizeof(RmsProShape));}\n')
     exe = tmp_path / "s"
     subprocess.run(["g++", "-std=c++17", "-I", os.path.join(REPO, "hip_kernels", "include"), str(src), "-o", str(exe)],
                    check=True)
@@ -49,7 +50,7 @@ def test_arg_structs_match_header(tmp_path):
     assert got == [Q.ARG_STRUCTS["QmvArgs"][1], 56, 136, 168, 168 + 8 * 32,
                    Q.ARG_STRUCTS["DequantArgs"][1], 80, 88 + 3 * 32, Q.ARG_STRUCTS["QuantizeArgs"][1], 40,
                    Q.ARG_STRUCTS["Fp8Args"][1], Q.ARG_STRUCTS["QdqArgs"][1], 16,
-                   8 * 4 * Q.QSIBS, 8 * Q.QSIBS, Q.QSIBS, 40, 32, Q._PRO_SHAPE.size]
+                   8 * 4 * Q.QSIBS, 8 * Q.QSIBS, Q.QSIBS, 40, 32, N._PRO_SHAPE.size]
 
 
 def test_kernel_table_is_lean_and_names_planned_kernels():

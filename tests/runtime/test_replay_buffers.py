@@ -787,12 +787,13 @@ def test_twin_cache_writes_run_as_one_launch_and_move_in_replays(monkeypatch, gr
 
 
 @pytest.mark.parametrize("table,shape,bits,per_layer", [("TWINS", "tiny", 0, 2), ("TWINS", "qwen3-tiny", 0, 3),
-                                                        ("CHAINS", "tiny", 4, 2), ("CHAINS", "qwen3-tiny", 8, 2)])
+                                                        ("CHAINS", "tiny", 4, 2), ("CHAINS", "qwen3-tiny", 8, 2),
+                                                        ("CHAINS", "tiny", 0, 2), ("CHAINS", "qwen3-tiny", 0, 2)])
 def test_grouping_in_a_decode_step(monkeypatch, table, shape, bits, per_layer):
     """mlx-lm's own decode step (random weights): with the twins on, each layer launches
     `per_layer` fewer kernels (Llama: q/k RoPE and k/v cache writes; Qwen 3: also its q/k
-    norms, which then let the RoPE twins form); with the chains on (quantized models), two
-    fewer (each residual add + RMS norm goes into the projections after it: the first
+    norms, which then let the RoPE twins form); with the chains on, two fewer (each
+    residual add + RMS norm goes into the projections after it, quantized or dense: the first
     layer's input norm has no add, the final norm and the head make up for it); in replays
     too, and no more nodes go back to Python in replays than without them."""
     from mlx_lm.models.cache import make_prompt_cache

@@ -246,14 +246,16 @@ def _run_steps_shaped(rt, step, make_x, rest, ref, steps=6):
     return launches, ev.replays - replays0, ev.replay_python - back0
 
 
-@pytest.mark.parametrize("dt", ["bf16", "f16"])
+@pytest.mark.parametrize("dt", ["bf16", "f16", "f32"])
 @pytest.mark.parametrize("bits,gs,rows,K,L", [(4, 64, (512, 128, 128), 1024, 1), (8, 32, (256,), 512, 1),
                                               (2, 128, (1024, 1000), 2048, 1), (4, 64, (64, 32), 4096, 1),
-                                              (4, 64, (128, 64), 512, 2)])
+                                              (4, 64, (128, 64), 512, 2), (0, 0, (512, 128, 128), 1024, 1),
+                                              (0, 0, (300,), 2048, 1), (0, 0, (64, 32), 512, 2)])
 def test_residual_norm_projections_chain(gpu_runtime, graphs, monkeypatch, dt, bits, gs, rows, K, L):
-    """An Add, the RMSNorm of its sum and the quantized projections of the norm's output (a
+    """An Add, the RMSNorm of its sum and the projections of the norm's output (a
     transformer block's residual, next norm and q/k/v or gate/up) run as one launch
-    (qmv_h2n: each block makes the norm's row itself), at the first sightings and in native
+    (quantized: qmv_h2n; dense, bits 0: gemv_rmsrows; each block makes the norm's row
+    itself), at the first sightings and in native
     replays: the sum and the norm (both read later) equal MLX on the CPU within the oracle's
     tolerances, and every product is the float32 product of that norm's output (an ulp of
     the norm moves a product of k terms by ~sqrt(k) ulps: compared with the CPU's own norm,
@@ -262,18 +264,28 @@ def test_residual_norm_projections_chain(gpu_runtime, graphs, monkeypatch, dt, b
     prompt: qmv_h2n takes one)."""
     from mlx_amd.runtime import evaluator as E
 
-    dtype = {"bf16": mx.bfloat16, "f16": mx.float16}[dt]
+    if dt == "f32" and bits:
+        pytest.skip("qmv_h2 (and its chain) takes 16-bit x")
+    dtype = {"bf16": mx.bfloat16, "f16": mx.float16, "f32": mx.float32}[dt]
     mx.random.seed(11)
     w = (1.0 + 0.1 * mx.random.normal((K,))).astype(dtype)
     r = mx.random.normal((1, L, K)).astype(dtype)
     qs = []
     for j, n in enumerate(rows):
         mx.random.seed(40 + j)   # weights ~1/sqrt(k), as a model's: products O(1) from the O(1) norm
-        q = mx.quantize((mx.random.normal((n, K)) / math.sqrt(K)).astype(dtype), group_size=gs, bits=bits)
-        qs.extend(q)
+        m = (mx.random.normal((n, K)) / math.sqrt(K)).astype(dtype)
+        qs.extend(mx.quantize(m, group_size=gs, bits=bits) if bits else (m,))
     mx.eval(w, r, *qs)
 
+    def weight(flat, j):         # projection j's matrix as float32
+        if not bits:
+            return flat[j].astype(F32)
+        wq, s, b = flat[3 * j: 3 * j + 3]
+        return mx.dequantize(wq, s.astype(F32), b.astype(F32), group_size=gs, bits=bits, dtype=F32)
+
     def projections(y, flat):
+        if not bits:
+            return [y @ flat[j].T for j in range(len(rows))]
         return [mx.quantized_matmul(y, *flat[3 * j: 3 * j + 3], transpose=True, group_size=gs, bits=bits)
                 for j in range(len(rows))]
 
@@ -292,9 +304,8 @@ def test_residual_norm_projections_chain(gpu_runtime, graphs, monkeypatch, dt, b
         with plain_mlx():
             y = mx.array(np.array(got[1].astype(F32))).astype(dtype)
             for j in range(len(rows)):
-                wq, s, b = qs[3 * j: 3 * j + 3]
-                d = mx.dequantize(wq, s.astype(F32), b.astype(F32), group_size=gs, bits=bits, dtype=F32)
-                assert_close(got[2 + j], (y.astype(F32) @ d.T).astype(dtype), f"step {t}: product {j}", *QTOL[dtype])
+                want_j = (y.astype(F32) @ weight(qs, j).T).astype(dtype)
+                assert_close(got[2 + j], want_j, f"step {t}: product {j}", *(QTOL if bits else TOL)[dtype])
 
     launches, replays, back = _run_steps(gpu_runtime, step, [(K, dtype, L), r, w] + qs, ref, compare=compare)
     # x * 64 and h * 2 besides the chain's one launch; nothing handed back to Python

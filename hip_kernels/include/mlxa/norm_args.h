@@ -52,4 +52,23 @@ struct NormAddArgs {
   int32_t pad;
 };
 
+// A residual add and the RMS norm of its sum made by a matrix-vector kernel itself before
+// its products (mlxa/norm_prologue.h: the evaluator's chain of an Add, its RMSNorm and the
+// projections of the norm's output, one launch instead of two): the kernel's x is not read;
+// each block computes sum = x + r (rounded to T as the Add node rounds it) and
+// out = rms_norm(sum) * w over the k values of the one row into shared memory, block (0, 0)
+// also writes sum and out. w is read when flags bit 0 says so. The kernels take RmsPro's
+// pointers first and RmsProShape last.
+struct RmsPro {
+  const void* x;
+  const void* r;
+  const void* w;
+  void* sum;
+  void* out;
+};
+struct RmsProShape {
+  float eps;
+  int32_t flags;
+};
+
 }  // extern "C"

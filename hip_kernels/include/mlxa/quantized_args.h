@@ -67,23 +67,8 @@ struct QmvSibRows {
   int64_t rows[MLXA_QSIBS];
 };
 
-// qmv_h2 with an RMS norm prologue (the evaluator's Add -> RMSNorm -> projections chain of a
-// transformer block, one launch instead of two): x is not read; each block computes
-// sum = x + r (rounded to T as the Add node rounds it) and out = rms_norm(sum) * w over the
-// k values of the one row, then multiplies out; block (0, 0) also writes sum and out. The
-// kernel takes (QmvPro, QmvSibs, QmvArgs, QmvSibRows, QmvProShape): the pointers first.
-// w is read when flags bit 0 says so. Launched for one row of x (m == 1, batch 1).
-struct QmvPro {
-  const void* x;
-  const void* r;
-  const void* w;
-  void* sum;
-  void* out;
-};
-struct QmvProShape {
-  float eps;
-  int32_t flags;
-};
+// qmv_h2n, qmv_h2 with an RMS norm prologue (norm_args.h: RmsPro): the kernel takes (RmsPro,
+// QmvSibs, QmvArgs, QmvSibRows, RmsProShape), the pointers first; one row of x, batch 1.
 
 // Dequantize rows of packed w into a row-contiguous (batch, rows, cols) array of the
 // compute dtype: chunk c of row r decodes into out[r][c * CV ...]. Batches (row / rows)

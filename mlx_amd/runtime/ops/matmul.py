@@ -49,6 +49,7 @@ MAX_KERNEL_JOBS = 4096   # launches of the portable kernel per node
 GRID_Z = 65535
 GEMV_WAVES = 4           # waves per gemv block (mlxa::kGemvWaves)
 GEMV_ROWS = 2            # rows per gemv wave (mlxa::kGemvRows)
+GEMV_STATIC_SMEM = 4096  # gemv's static shared memory and the emulated wave's slots, rounded up
 GEMV_PER_CU = 24         # plan.ksplit's waves per CU for the gemv (tools/matvec_sweep.cu)
 TILE = 64                # mlxa::kTileM == kTileN
 GEMM_THREADS = 256
@@ -61,6 +62,8 @@ GEMV_SIBS = 2                            # MLXA_GEMV_SIBS: GemvSibs' matrices (b
 _GEMV_SIB_ROWS = struct.Struct("<2q")    # GemvSibRows (after GemvArgs)
 # Matmul nodes on one x (q/k/v, gate/up of a bf16 decode step) may run as one gemv (plan_siblings)
 SIBLINGS = ("Matmul",)
+# ... and with the residual add and RMS norm before them as one gemv_rmsrows launch (chain)
+CHAINS_AFTER = {("Add", "mlx_amd::RMSNorm"): ("Matmul",)}
 
 
 def gemv_tail(rows, k, ldw, incx, bw, bx, by, alpha=1.0, beta=0.0, ksplit=1) -> bytes:
@@ -405,6 +408,8 @@ def plan_siblings(nodes, device):
     H200 each small matvec launch costs ~4 us over its bytes (matvec_sweep-h200.txt). Only
     where the first alone would take our gemv with x as the vector, the matrices have the
     same k, strides and dtype, and one batch; else None (each runs alone)."""
+    if nodes and nodes[0].prim == "Add":
+        return _plan_rms_chain(nodes, device)
     if len(nodes) < 2 or len(nodes) > 1 + GEMV_SIBS or _mode() != "auto":
         return None
     chks = [_check(n) for n in nodes]
@@ -423,3 +428,37 @@ def plan_siblings(nodes, device):
     B = Operand(inp(1), b.strides[-2], b.strides[-1], b.strides[:-2])
     gv = _gemv(dt, M, N, K, A, B, o.shape[:-2], device, 1.0, 0.0, sibs=tuple(sibs))
     return None if gv is None else Plan((gv,))
+
+
+def _plan_rms_chain(nodes, device):
+    """[Add, RMSNorm of its sum, 1-3 Matmuls of the norm's output (a row vector) times
+    matrices] (the evaluator's CHAINS: a bf16 decode step's residual add, next norm and
+    q/k/v or gate/up projections, or the head) as one gemv_rmsrows launch: each block makes
+    the norm's row in shared memory before its products, block (0, 0) writes the sum and the
+    norm's output. Only where the projections alone would be one gemv launch reading x in
+    place (one row, one batch) and the row fits the shared memory; else None."""
+    from . import norm
+
+    head = norm.chain_head(nodes)
+    ms = nodes[2:]
+    if head is None or len(ms) > 1 + GEMV_SIBS or _mode() != "auto" or any(m.prim != "Matmul" for m in ms):
+        return None
+    y = head[0]
+    for m in ms:
+        chk = _check(m)
+        if chk is None:
+            return None
+        a, _b, _o, dt, M, _N, K, _, _ = chk
+        if dt != y.dtype or M != 1 or K != y.shape[-1] or a.size != y.size or not a.row_contiguous:
+            return None
+    sub = plan_siblings(ms, device) if len(ms) > 1 else plan_node(ms[0], device)
+    if sub is None or len(sub.steps) != 1 or sub.temps or sub.init:
+        return None
+    (lau,) = sub.steps
+    W = wave_width(device)
+    if not isinstance(lau, Launch) or lau.kernel != kt.table("gemv").name(kt, y.dtype, W):
+        return None
+    smem = y.size * ITEM[y.dtype]
+    if smem > min(int(getattr(device, "max_shared_memory_per_block", 0) or 0), 49152) - GEMV_STATIC_SMEM:
+        return None
+    return Plan((norm.with_prologue(head, lau, kt.table("gemv").rms_name(kt, y.dtype, W), smem),))

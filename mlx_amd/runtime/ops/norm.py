@@ -168,6 +168,35 @@ def add_rms(add, nrm):
     return rows, n, eps, has_w
 
 
+_PRO_SHAPE = struct.Struct("<fi")     # RmsProShape (norm_args.h)
+
+
+def chain_head(nodes):
+    """The pair at the head of a chain (the evaluator's CHAINS: [Add, RMSNorm of its sum,
+    projections of the norm's output...]) that a matrix-vector kernel's RMS norm prologue can
+    make (norm_args.h: RmsPro; one row): (the norm's output, inputs of the pair, RmsPro's
+    references, RmsProShape) or None."""
+    if len(nodes) < 3:
+        return None
+    add, nrm = nodes[:2]
+    got = add_rms(add, nrm)
+    if got is None or got[0] != 1:
+        return None
+    _rows, _n, eps, has_w = got
+    n_before = len(add.ins) + len(nrm.ins)
+    refs = (inp(0), inp(1), inp(n_before - 1) if has_w else inp(0), out(0), out(1))
+    return nrm.out, n_before, refs, _PRO_SHAPE.pack(eps, 1 if has_w else 0)
+
+
+def with_prologue(head, lau: Launch, kernel: str, shared_mem: int) -> Launch:
+    """A chain's projections launch ``lau`` (planned on the projections alone) as the launch
+    of its prologue variant ``kernel``: RmsPro's pointers first, the projections' references
+    after the pair's inputs and outputs, RmsProShape after their tail."""
+    _y, n_before, refs, shape = head
+    return Launch(lau.family, kernel, lau.grid, lau.block, shared_mem, len(refs) + lau.n_ptrs, lau.tail + shape,
+                  refs + _plan.regroup(lau.refs, n_before, 2))
+
+
 def _twin(nodes, device):
     """Two RMS norms (an attention's q and k norms) as one launch of the twin kernel, a
     block per row of each (grid y picks the norm): where each alone is one register-layout

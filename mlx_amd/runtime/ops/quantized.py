@@ -53,7 +53,7 @@ import struct
 from .. import kernel_table as kt
 from .. import matrix_units
 from ..launch import Launch
-from ..plan import Layout, Memset, Plan, compute_units, embed, inp, ksplit, out, regroup, tmp, wave_width
+from ..plan import Layout, Memset, Plan, compute_units, embed, inp, ksplit, out, tmp, wave_width
 from . import copy as copy_family
 from . import elementwise as ew
 
@@ -514,9 +514,6 @@ def plan_siblings(nodes, device):
     return _plan_qmv(p0, device, sibs=tuple(ps[1:]))
 
 
-_PRO_SHAPE = struct.Struct("<fi")     # QmvProShape (after QmvSibRows: qmv_h2n only)
-
-
 def _plan_rms_chain(nodes, device):
     """[Add, RMSNorm of its sum, 1-3 QuantizedMatmuls of the norm's output] (the evaluator's
     CHAINS: a transformer block's residual add, its next norm and the projections after it)
@@ -527,16 +524,14 @@ def _plan_rms_chain(nodes, device):
     projections run as before)."""
     from . import norm
 
-    if len(nodes) < 3 or len(nodes) > 3 + QSIBS:
+    head = norm.chain_head(nodes)
+    qs = nodes[2:]
+    if head is None or len(qs) > 1 + QSIBS or any(q.prim != "QuantizedMatmul" for q in qs):
         return None
-    add, nrm, *qs = nodes
-    got = norm.add_rms(add, nrm)
-    if got is None or any(q.prim != "QuantizedMatmul" for q in qs):
-        return None
-    rows, n, eps, has_w = got
-    y = nrm.out
+    y = head[0]
+    n = y.shape[-1]
     ps = [_problem(q, gather=False) for q in qs]
-    if rows != 1 or any(p is None or p.x.shape != y.shape or p.x.dtype != y.dtype or p.K != n for p in ps):
+    if any(p is None or p.x.shape != y.shape or p.x.dtype != y.dtype or p.K != n for p in ps):
         return None
     sub = plan_siblings(qs, device) if len(qs) > 1 else _plan_qmv(ps[0], device)
     if sub is None or len(sub.steps) != 1 or sub.temps:
@@ -549,13 +544,7 @@ def _plan_rms_chain(nodes, device):
     smem = _pro_offset(n // 32) + n * ITEM[dt]
     if smem > _qmv_h2_smem_limit(device):
         return None
-    n_before = len(add.ins) + len(nrm.ins)
-    # the prologue's pointers (the Add's two inputs, the norm's weight, the sum, the norm's
-    # output), then the projections' launch with its references after the pair's
-    pro = (inp(0), inp(1), inp(n_before - 1) if has_w else inp(0), out(0), out(1))
-    return Plan((Launch(FAMILY, t.qmv_h2n_name(kt, bits, dt, W), lau.grid, lau.block, smem, 5 + lau.n_ptrs,
-                        lau.tail + _PRO_SHAPE.pack(eps, 1 if has_w else 0),
-                        pro + regroup(lau.refs, n_before, 2)),))
+    return Plan((norm.with_prologue(head, lau, t.qmv_h2n_name(kt, bits, dt, W), smem),))
 
 
 def _pro_offset(chunks: int) -> int:
