@@ -807,6 +807,10 @@ def test_grouping_in_a_decode_step(monkeypatch, table, shape, bits, per_layer):
     launches, python_nodes = {}, {}
     try:
         for on in (False, True):
+            if table == "CHAINS" and not bits:   # dense chains are opt-in: on for this test
+                from mlx_amd.runtime.ops import matmul
+
+                monkeypatch.setattr(matmul, "CHAINS_AFTER", matmul.DENSE_CHAINS)
             ev = _grouping_evaluator(monkeypatch, on, False, (table,))
             model = llm.random_model(shape, "bfloat16", 0, quantize=bits)
             cache = make_prompt_cache(model)

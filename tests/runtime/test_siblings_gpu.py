@@ -266,6 +266,12 @@ def test_residual_norm_projections_chain(gpu_runtime, graphs, monkeypatch, dt, b
 
     if dt == "f32" and bits:
         pytest.skip("qmv_h2 (and its chain) takes 16-bit x")
+    from mlx_amd.runtime.ops import matmul
+
+    if not bits:   # dense chains are opt-in (MLX_AMD_DENSE_CHAINS=1): on for this test
+        monkeypatch.setattr(matmul, "CHAINS_AFTER", matmul.DENSE_CHAINS)
+        monkeypatch.setattr(E, "CHAINS", E.chain_table(E.DISPATCH, E.PAIRS))
+        gpu_runtime.evaluator._sib_groups.clear()
     dtype = {"bf16": mx.bfloat16, "f16": mx.float16, "f32": mx.float32}[dt]
     mx.random.seed(11)
     w = (1.0 + 0.1 * mx.random.normal((K,))).astype(dtype)

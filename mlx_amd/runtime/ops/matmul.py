@@ -62,8 +62,13 @@ GEMV_SIBS = 2                            # MLXA_GEMV_SIBS: GemvSibs' matrices (b
 _GEMV_SIB_ROWS = struct.Struct("<2q")    # GemvSibRows (after GemvArgs)
 # Matmul nodes on one x (q/k/v, gate/up of a bf16 decode step) may run as one gemv (plan_siblings)
 SIBLINGS = ("Matmul",)
-# ... and with the residual add and RMS norm before them as one gemv_rmsrows launch (chain)
-CHAINS_AFTER = {("Add", "mlx_amd::RMSNorm"): ("Matmul",)}
+# ... and with the residual add and RMS norm before them as one gemv_rmsrows launch (chain):
+# only with MLX_AMD_DENSE_CHAINS=1. On an H100 every block recomputing the norm cost more
+# than the launch it saves (llama-8b bf16 decode 143.5 -> 136.3 tok/s, session 27: unlike
+# qmv_h2n, the gemv's many blocks start with it, no weight loads in flight); kept for AMD
+# GPUs, where a launch costs more, to be measured there.
+DENSE_CHAINS = {("Add", "mlx_amd::RMSNorm"): ("Matmul",)}
+CHAINS_AFTER = DENSE_CHAINS if os.environ.get("MLX_AMD_DENSE_CHAINS") == "1" else {}
 
 
 def gemv_tail(rows, k, ldw, incx, bw, bx, by, alpha=1.0, beta=0.0, ksplit=1) -> bytes:
