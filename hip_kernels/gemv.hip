@@ -145,10 +145,14 @@ MLXA_DEVICE void gemv(const GemvSibs& sib, const GemvArgs& a, const GemvSibRows&
     MLXA_WAVE_KERNEL_BODY(W, mlxa::gemv<T, W>(s, a, r))                                         \
   }
 
+// (on AMD half the loads in flight: with the prologue's registers the float16 variant spilled on
+// gfx1030 at kGemvSteps)
 #define MLXA_GEMV_N(name, T, W)                                                                 \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::kGemvWaves * W)                                       \
   name(RmsPro p, GemvSibs s, GemvArgs a, GemvSibRows r, RmsProShape ps) {                         \
-    MLXA_WAVE_KERNEL_BODY(W, (mlxa::gemv<T, W, true>(s, a, r, &p, &ps)))                          \
+    MLXA_WAVE_KERNEL_BODY(W, (mlxa::gemv<T, W, true, mlxa::kGemvRows,                             \
+                                         MLXA_PLATFORM_AMD ? mlxa::kGemvSteps / 2 : mlxa::kGemvSteps>( \
+                                  s, a, r, &p, &ps)))                                           \
   }
 
 #include "gemv.inc"
