@@ -551,7 +551,8 @@ class Evaluator:
         1 + MAX_SIBLINGS a group; PAIRS, a node with the node reading its output first; and
         TWINS, a node with the next of its primitive and parameters whose inputs are there
         when it runs (within TWIN_WINDOW nodes). Then ({pair's first node: (chain nodes,
-        family)}, {chain node: views to make first}): CHAINS, a pair with the sibling group
+        family, view slots the chain makes, {chain node: views to make right after its
+        launch})}, {chain node: views to make first}): CHAINS, a pair with the sibling group
         (or the one SIBLINGS node) reading the pair's output first, tried as one plan before
         the pair and the group alone.
         Whether a group runs as one is its family's call (``plan_siblings``), at its first
@@ -638,6 +639,7 @@ class Evaluator:
                         k += 2
                     else:
                         k += 1
+
         def views_of(f, lead):
             """The views that make node f's inputs after ``lead`` (W.T, x reshaped), in order."""
             views = []
@@ -675,7 +677,7 @@ class Evaluator:
                         continue
                     # views of the pair's outputs (x flattened) cannot be made first: the plan
                     # makes their input; they are made right after it, before their reader
-                    # finishes (chain_late)
+                    # finishes (``late``)
                     here = set(nodes[i][3]) | set(nodes[f][3])
                     late = {}
                     for c in run:
