@@ -218,6 +218,13 @@ def compute_units(device) -> int:
     return max(1, int(getattr(device, "compute_units", 1) or 1))
 
 
+def dynamic_smem(device, static: int) -> int:
+    """Dynamic shared memory a launch may ask for beside ``static`` bytes of the kernel's own
+    (and the emulated wave's slots): the device's per-block limit, at most the 48 KiB every
+    target gives without an opt-in."""
+    return min(int(getattr(device, "max_shared_memory_per_block", 0) or 0), 49152) - static
+
+
 def ksplit(groups: int, steps: int, device, waves: int = 4, per_cu: int = 24) -> int:
     """Waves of a block sharing one row group, each over every ksplit-th step of k (the
     matrix-vector kernels: gemv, qmv): the smallest split (1, 2, 4, up to ``waves``) that

@@ -246,11 +246,14 @@ def _run_steps_shaped(rt, step, make_x, rest, ref, steps=6):
     return launches, ev.replays - replays0, ev.replay_python - back0
 
 
-@pytest.mark.parametrize("dt", ["bf16", "f16", "f32"])
-@pytest.mark.parametrize("bits,gs,rows,K,L", [(4, 64, (512, 128, 128), 1024, 1), (8, 32, (256,), 512, 1),
-                                              (2, 128, (1024, 1000), 2048, 1), (4, 64, (64, 32), 4096, 1),
-                                              (4, 64, (128, 64), 512, 2), (0, 0, (512, 128, 128), 1024, 1),
-                                              (0, 0, (300,), 2048, 1), (0, 0, (64, 32), 512, 2)])
+_CHAIN_CASES = [(4, 64, (512, 128, 128), 1024, 1), (8, 32, (256,), 512, 1), (2, 128, (1024, 1000), 2048, 1),
+                (4, 64, (64, 32), 4096, 1), (4, 64, (128, 64), 512, 2), (0, 0, (512, 128, 128), 1024, 1),
+                (0, 0, (300,), 2048, 1), (0, 0, (64, 32), 512, 2)]
+
+
+# (qmv_h2 and its chain take 16-bit x: float32 with dense projections only)
+@pytest.mark.parametrize("dt,bits,gs,rows,K,L", [(dt,) + c for c in _CHAIN_CASES for dt in ("bf16", "f16")]
+                         + [("f32",) + c for c in _CHAIN_CASES if c[0] == 0])
 def test_residual_norm_projections_chain(gpu_runtime, graphs, monkeypatch, dt, bits, gs, rows, K, L):
     """An Add, the RMSNorm of its sum and the projections of the norm's output (a
     transformer block's residual, next norm and q/k/v or gate/up) run as one launch
@@ -264,8 +267,6 @@ def test_residual_norm_projections_chain(gpu_runtime, graphs, monkeypatch, dt, b
     prompt: qmv_h2n takes one)."""
     from mlx_amd.runtime import evaluator as E
 
-    if dt == "f32" and bits:
-        pytest.skip("qmv_h2 (and its chain) takes 16-bit x")
     from mlx_amd.runtime.ops import matmul
 
     if not bits:   # dense chains are opt-in (MLX_AMD_DENSE_CHAINS=1): on for this test

@@ -31,7 +31,7 @@ import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import HostCall, Layout, Memset, Plan, inp, ksplit, out, tmp, wave_width
+from ..plan import HostCall, Layout, Memset, Plan, dynamic_smem, inp, ksplit, out, tmp, wave_width
 from . import copy as copy_family
 from . import elementwise as ew
 
@@ -464,6 +464,6 @@ def _plan_rms_chain(nodes, device):
     if not isinstance(lau, Launch) or lau.kernel != kt.table("gemv").name(kt, y.dtype, W):
         return None
     smem = y.size * ITEM[y.dtype]
-    if smem > min(int(getattr(device, "max_shared_memory_per_block", 0) or 0), 49152) - GEMV_STATIC_SMEM:
+    if smem > dynamic_smem(device, GEMV_STATIC_SMEM):
         return None
     return Plan((norm.with_prologue(head, lau, kt.table("gemv").rms_name(kt, y.dtype, W), smem),))

@@ -135,10 +135,15 @@ def plan_siblings(nodes, device):
     if layout != "r":
         return None
     name = _table().add_kernel(kt, dt, wave)
-    # inputs: the Add's two, then the norm's (its x is the Add's output: never read here)
-    refs = (inp(0), inp(1), inp(3) if has_w else inp(0), out(0), out(1))
     tail = _ADD_ARGS.pack(rows, n, 1 if has_w else 0, eps, 0)
-    return Plan((Launch(FAMILY, name, (rows, 1, 1), (threads, 1, 1), 0, 5, tail, refs=refs),))
+    return Plan((Launch(FAMILY, name, (rows, 1, 1), (threads, 1, 1), 0, 5, tail, refs=_add_rms_refs(add, nrm, has_w)),))
+
+
+def _add_rms_refs(add, nrm, has_w):
+    """NormAddArgs' / RmsPro's pointers in a group plan of [Add, RMSNorm, ...]: the Add's two
+    inputs, the norm's weight (its x is the Add's output: never read), the sum, the norm."""
+    n_before = len(add.ins) + len(nrm.ins)
+    return (inp(0), inp(1), inp(n_before - 1) if has_w else inp(0), out(0), out(1))
 
 
 def add_rms(add, nrm):
@@ -183,9 +188,7 @@ def chain_head(nodes):
     if got is None or got[0] != 1:
         return None
     _rows, _n, eps, has_w = got
-    n_before = len(add.ins) + len(nrm.ins)
-    refs = (inp(0), inp(1), inp(n_before - 1) if has_w else inp(0), out(0), out(1))
-    return nrm.out, n_before, refs, _PRO_SHAPE.pack(eps, 1 if has_w else 0)
+    return nrm.out, len(add.ins) + len(nrm.ins), _add_rms_refs(add, nrm, has_w), _PRO_SHAPE.pack(eps, 1 if has_w else 0)
 
 
 def with_prologue(head, lau: Launch, kernel: str, shared_mem: int) -> Launch:

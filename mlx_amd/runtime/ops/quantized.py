@@ -53,7 +53,7 @@ import struct
 from .. import kernel_table as kt
 from .. import matrix_units
 from ..launch import Launch
-from ..plan import Layout, Memset, Plan, compute_units, embed, inp, ksplit, out, tmp, wave_width
+from ..plan import Layout, Memset, Plan, compute_units, dynamic_smem, embed, inp, ksplit, out, tmp, wave_width
 from . import copy as copy_family
 from . import elementwise as ew
 
@@ -344,15 +344,10 @@ def _qmv_h2_serves(p: Problem, device, dt) -> bool:
     f = p.fmt
     if not (QMV_HALF2 and f.affine and f.bits in t.QMV_H2_ROWS and dt in t.QMV_H2_DTYPES):
         return False
-    limit = _qmv_h2_smem_limit(device)
+    limit = dynamic_smem(device, QMV_H2_STATIC_SMEM)
     # row offsets from a batch's w, scales and biases are 32-bit in the kernel
     rows_ok = all(p.N * _row_stride(lay) < 2**32 for lay in (p.w, p.s, p.b))
     return p.K % 32 == 0 and p.K // 32 * t.QMV_H2_SMEM_PER_CHUNK <= limit and rows_ok
-
-
-def _qmv_h2_smem_limit(device) -> int:
-    """Dynamic shared memory qmv_h2 may take beside its own static shared memory."""
-    return min(int(getattr(device, "max_shared_memory_per_block", 0) or 0), 49152) - QMV_H2_STATIC_SMEM
 
 
 QMV_H2_PER_CU = 12        # plan.ksplit's waves per CU for qmv_h2 (tools/qmv_mma.cu)
@@ -542,7 +537,7 @@ def _plan_rms_chain(nodes, device):
     if lau.kernel != t.qmv_h2_name(kt, bits, dt, W):
         return None
     smem = _pro_offset(n // 32) + n * ITEM[dt]
-    if smem > _qmv_h2_smem_limit(device):
+    if smem > dynamic_smem(device, QMV_H2_STATIC_SMEM):
         return None
     return Plan((norm.with_prologue(head, lau, t.qmv_h2n_name(kt, bits, dt, W), smem),))
 
