@@ -22,6 +22,9 @@
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -I hip_kernels/include \
 //        -I /tmp/sw -I hip_kernels tools/qmv_mma.cu -o /tmp/sw/qmv_mma
 //   /tmp/sw/qmv_mma     # weights cycled through 1 GiB (cold L2); SHAPE=i one shape; ALL=1 probe too
+//   H2ONLY=1: qmv_h2 rows only. An A/B of qmv_h2 against an older quantized.hip in one run:
+//   git show REV:hip_kernels/quantized.hip, cut after "}  // namespace mlxa", rename "namespace q {"
+//   and "mlxa::q::" to q_old, and add -DQMV_H2_OLD='"<that file>"' to the build line.
 #include <cuda_bf16.h>
 
 #include "quantized.hip"
@@ -196,15 +199,28 @@ __global__ void __launch_bounds__(128) qmv_pkg(QmvArgs a) { mlxa::q::qmv<bf, 4, 
 __global__ void __launch_bounds__(128) qmv_pkg_mma(QmvArgs a) { mlxa::q::qmv_mma<bf, 64>(a); }
 
 // qmv_h2 (packed half math, x staged in shared memory) with R rows per wave and NW waves a block.
+// The sibling structs are kernel arguments, as in the package (a local copy indexed at run time
+// would live in local memory).
 template <int R, int NW, int S = 2, int MINB = 2>
-__global__ void __launch_bounds__(NW * 32, MINB) qmv_h2_k(QmvArgs a) {
-  mlxa::q::qmv_h2<bf, 4, 32, R, NW, S>(QmvSibs{}, a, QmvSibRows{});
+__global__ void __launch_bounds__(NW * 32, MINB) qmv_h2_k(QmvSibs s, QmvArgs a, QmvSibRows r) {
+  mlxa::q::qmv_h2<bf, 4, 32, false, R, NW, S>(s, a, r);
 }
+#ifdef QMV_H2_OLD
+// An earlier qmv_h2 for an A/B in one run: QMV_H2_OLD names a copy of an older quantized.hip
+// whose namespace q was renamed q_old (and its kernel macros cut).
+#include QMV_H2_OLD
+template <int R, int NW, int S = 2, int MINB = 2>
+__global__ void __launch_bounds__(NW * 32, MINB) qmv_h2_old_k(QmvSibs s, QmvArgs a, QmvSibRows r) {
+  mlxa::q_old::qmv_h2<bf, 4, 32, false, R, NW, S>(s, a, r);
+}
+#endif
 
 int main() {
   size_t pool = 1ull << 30;
   void *pa, *pb;
   float roof = pool_and_roofline(&pa, &pb, pool);
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   struct Shape { int N, K; const char* what; };
   Shape shapes[] = {{4096, 4096, "8b q/o"}, {1024, 4096, "8b k/v"}, {14336, 4096, "8b gate/up"},
                     {4096, 14336, "8b down"}, {2048, 2048, "1b q/o"}, {8192, 2048, "1b gate/up"},
@@ -255,17 +271,22 @@ int main() {
       });
     };
     // qmv_h2: NW waves of R rows a block; cap: the grid's most blocks (they loop over the rest)
-    auto h2_run = [&](auto kern, int R, int NW, const char* name, int cap = 1 << 30) {
+    // the package's launch: two blocks per SM, each looping over row blocks
+    const int cap = 2 * sms;
+    auto h2_run = [&](auto kern, int R, int NW, const char* name, int grid_cap = -1) {
+      if (grid_cap < 0) grid_cap = cap;
       sweep(name, [&](int i, int ks) {
         const int rows = NW / ks * R;
-        kern<<<(unsigned)std::min((s.N + rows - 1) / rows, cap), NW * 32, s.K / 32 * 72>>>(args(i, ks));
+        kern<<<(unsigned)std::min((s.N + rows - 1) / rows, grid_cap), NW * 32, s.K / 32 * 72>>>(QmvSibs{}, args(i, ks),
+                                                                                          QmvSibRows{});
       });
     };
-    h2_run(qmv_h2_k<4, 8>, 4, 8, "h2 R4 NW8");
-    h2_run(qmv_h2_k<4, 8>, 4, 8, "h2 R4 NW8 P264", 264);
-    h2_run(qmv_h2_k<4, 8, 3>, 4, 8, "h2 R4 NW8 S3 P264", 264);
-    h2_run(qmv_h2_k<4, 8, 4, 1>, 4, 8, "h2 R4 NW8 S4 B1 P264", 264);
-    h2_run(qmv_h2_k<2, 8, 4, 2>, 2, 8, "h2 R2 NW8 S4 P264", 264);
+    h2_run(qmv_h2_k<4, 8>, 4, 8, "h2 R4 NW8 P2");
+#ifdef QMV_H2_OLD
+    h2_run(qmv_h2_old_k<4, 8>, 4, 8, "h2-old R4 NW8 P2");
+#endif
+    h2_run(qmv_h2_k<4, 8>, 4, 8, "h2 R4 NW8 all", 1 << 30);
+    h2_run(qmv_h2_k<4, 8, 2, 1>, 4, 8, "h2 R4 NW8 B1 P2");
     if (getenv("H2ONLY")) continue;
     pkg_run(qmv_pkg, 4 * mlxa::q::kQmvRows, "package");
     pkg_run(qmv_pkg_mma, 4 * 16, "package mma");
