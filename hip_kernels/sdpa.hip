@@ -139,7 +139,11 @@ MLXA_DEVICE void combine_splits(const SdpaDecodeArgs& a, int rows_here, const Ou
   if (!*last) return;
   __threadfence();                 // the other blocks' partials, counted before, are visible
   const int n = a.n_splits;
-  for (int r = sub; r < rows_here; r += NT / 32) {
+  // every subgroup takes every round (a wave's shuffles need all of its lanes: a 64-wide wave
+  // holds two subgroups, and rows_here may give one of them a row and not the other)
+  for (int r0 = 0; r0 < rows_here; r0 += NT / 32) {
+    const int r = r0 + sub < rows_here ? r0 + sub : rows_here - 1;
+    const bool mine = r0 + sub < rows_here;
     const int64_t orow = out_row(r);
     const int h = (int)((orow / a.Lq) % a.Hq);
     const float sk = a.sink_kind != MLXA_SDPA_SINK_NONE ? sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride)
@@ -156,7 +160,7 @@ MLXA_DEVICE void combine_splits(const SdpaDecodeArgs& a, int rows_here, const Ou
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) L += shfl_xor(L, o, 32);
     if (a.sink_kind != MLXA_SDPA_SINK_NONE) L += rescale(sk, M);
-    if (sl == 0) {
+    if (sl == 0 && mine) {
       ml[2 * r] = M;
       ml[2 * r + 1] = L;
     }
@@ -634,6 +638,39 @@ constexpr int kMmaWaves = 4;
 
 // K and V tiles of BK rows for the pipeline: asynchronous 16-byte copies where every row
 // start is 16-byte aligned (padding rows zero-filled), else element loads through registers.
+// A thread's copies are the same tile positions at every key tile, so their stage and source
+// offsets are made once (the per-copy index arithmetic was a quarter of the loop's
+// instructions): copy s of the thread is copy tid + s * NT of the tile's ROWS x N elements.
+// Source offsets are 32-bit: the launcher checks ROWS rows of K's and V's strides fit.
+template <typename T, int ROWS, int N, int PITCH, int NT>
+struct TileCopies {
+  static constexpr int VE = 16 / (int)sizeof(T), NV = N / VE, NS = (ROWS * NV + NT - 1) / NT;
+  uint32_t soff[NS], gk[NS], gv[NS];
+  MLXA_DEVICE TileCopies(int64_t ks, int64_t vs) {
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int i = (int)threadIdx.x + s * NT, r = i / NV, c = (i % NV) * VE;
+      soff[s] = (uint32_t)(r * PITCH + c);
+      gk[s] = (uint32_t)(r * ks + c);
+      gv[s] = (uint32_t)(r * vs + c);
+    }
+  }
+  MLXA_DEVICE static int row(int s) { return ((int)threadIdx.x + s * NT) / NV; }
+  // the tile at k (V: v) of which the first `valid` rows exist, into dk (dv)
+  MLXA_DEVICE void issue(T* dk, T* dv, const T* k, const T* v, int valid) const {
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      if ((ROWS * NV) % NT == 0 || (int)threadIdx.x + s * NT < ROWS * NV) {
+        const bool z = row(s) >= valid;
+        copy16_async(dk + soff[s], z ? k : k + gk[s], z);
+        copy16_async(dv + soff[s], z ? v : v + gv[s], z);
+      }
+    }
+  }
+};
+
+// The same for one tile from any code (the decode kernel's pipeline): the copy index arithmetic
+// at every call.
 template <typename T, int ROWS, int N, int PITCH, int NT>
 MLXA_DEVICE void tile_issue(T* dst, const T* src, int64_t gs, int valid, bool aligned) {
   if (!aligned) {
@@ -723,25 +760,28 @@ MLXA_DEVICE void flash_mma(const SdpaFlashArgs& a) {
       for (int e = 0; e < M::kNS; ++e) o[dc].v[e] = 0.0f;
 
     // two stages: tile t + 1 is in flight while tile t is computed
+    const TileCopies<T, BK, D, PITCH, NT> copies(a.k_strides[2], a.v_strides[2]);
     auto issue = [&](int t) {
       T* st = sm + (t & 1) * STAGE;
       const int k0 = t * BK;
       const int valid = a.Lk - k0 < BK ? a.Lk - k0 : BK;
-      tile_issue<T, BK, D, PITCH, NT>(st, kbase + k0 * a.k_strides[2], a.k_strides[2], valid, kv_al);
-      tile_issue<T, BK, D, PITCH, NT>(st + BK * PITCH, vbase + k0 * a.v_strides[2], a.v_strides[2], valid, kv_al);
+      if (kv_al) {
+        copies.issue(st, st + BK * PITCH, kbase + k0 * a.k_strides[2], vbase + k0 * a.v_strides[2], valid);
+      } else {
+        tile_load<T, BK, D, PITCH, NT>(st, kbase + k0 * a.k_strides[2], a.k_strides[2], valid, false);
+        tile_load<T, BK, D, PITCH, NT>(st + BK * PITCH, vbase + k0 * a.v_strides[2], a.v_strides[2], valid, false);
+      }
       copy_async_commit();
     };
     sync_block();   // every wave holds its Q operands: the shared memory becomes the stages
     if (n_tiles > 0) issue(0);
     for (int t = 0; t < n_tiles; ++t) {
       const int k0 = t * BK;
-      if (t + 1 < n_tiles) {
-        issue(t + 1);
-        copy_async_wait<1>();
-      } else {
-        copy_async_wait<0>();
-      }
+      // tile t is here once every thread's copies landed; past this barrier every wave is done
+      // with tile t - 1, so tile t + 1 may fill its stage (one barrier a tile, not two)
+      copy_async_wait<0>();
       sync_block();
+      if (t + 1 < n_tiles) issue(t + 1);
       const T* sk = sm + (t & 1) * STAGE;
       const T* sv = sk + BK * PITCH;
 
@@ -759,14 +799,26 @@ MLXA_DEVICE void flash_mma(const SdpaFlashArgs& a) {
       float tmax[S], al[S];
 #pragma unroll
       for (int sl = 0; sl < S; ++sl) tmax[sl] = neg_inf();
-      const bool plain = a.mask_kind == MLXA_SDPA_MASK_NONE && k0 + BK <= a.Lk && k0 + BK - 1 <= wave_limit;
+      // a tile every key of which every row sees takes no per-key checks (one branch a tile,
+      // not one a logit: the checks' code sat between every two logits)
+      // (there the logits stay unscaled: the row maximum of the scaled ones is the scaled
+      // maximum for a positive scale, and each probability takes one FFMA, exp2(s c - m))
+      const bool plain = a.mask_kind == MLXA_SDPA_MASK_NONE && k0 + BK <= a.Lk && k0 + BK - 1 <= wave_limit &&
+                         a.scale_log2 > 0.0f;
+      if (plain) {
 #pragma unroll
-      for (int j = 0; j < KC; ++j)
+        for (int j = 0; j < KC; ++j)
 #pragma unroll
-        for (int e = 0; e < M::kNS; ++e) {
-          const int sl = M::slot(e);
-          float x = s[j].v[e] * a.scale_log2;
-          if (!plain) {
+          for (int e = 0; e < M::kNS; ++e) tmax[M::slot(e)] = fmaxf(tmax[M::slot(e)], s[j].v[e]);
+#pragma unroll
+        for (int sl = 0; sl < S; ++sl) tmax[sl] *= a.scale_log2;
+      } else {
+#pragma unroll
+        for (int j = 0; j < KC; ++j)
+#pragma unroll
+          for (int e = 0; e < M::kNS; ++e) {
+            const int sl = M::slot(e);
+            float x = s[j].v[e] * a.scale_log2;
             const int key = k0 + 16 * j + M::col(e, lane);
             if (key >= a.Lk) {
               x = neg_inf();
@@ -774,10 +826,10 @@ MLXA_DEVICE void flash_mma(const SdpaFlashArgs& a) {
               x = masked_logit<T>(x, a.mask_kind, a.mask, mrow[sl] + key * a.mask_strides[3]);
               if (key > limit[sl]) x = kMaskedLogit;
             }
+            s[j].v[e] = x;
+            tmax[sl] = fmaxf(tmax[sl], x);
           }
-          s[j].v[e] = x;
-          tmax[sl] = fmaxf(tmax[sl], x);
-        }
+      }
 #pragma unroll
       for (int sl = 0; sl < S; ++sl) {
         const float mn = fmaxf(m[sl], M::reduce(tmax[sl], MaxOp{}));
@@ -785,26 +837,43 @@ MLXA_DEVICE void flash_mma(const SdpaFlashArgs& a) {
         m[sl] = mn;
         l[sl] *= al[sl];   // this lane's share; the lanes of a row add up at the end
       }
+      if (plain) {
 #pragma unroll
-      for (int j = 0; j < KC; ++j)
+        for (int j = 0; j < KC; ++j)
 #pragma unroll
-        for (int e = 0; e < M::kNS; ++e) {
-          const int sl = M::slot(e);
-          const float p = s[j].v[e] == neg_inf() ? 0.0f : exp2f(s[j].v[e] - m[sl]);
-          s[j].v[e] = p;
-          l[sl] += p;
-        }
+          for (int e = 0; e < M::kNS; ++e) {
+            const int sl = M::slot(e);
+            const float p = exp2f(fmaf(s[j].v[e], a.scale_log2, -m[sl]));
+            s[j].v[e] = p;
+            l[sl] += p;
+          }
+      } else {
 #pragma unroll
-      for (int dc = 0; dc < DC; ++dc)
+        for (int j = 0; j < KC; ++j)
 #pragma unroll
-        for (int e = 0; e < M::kNS; ++e) o[dc].v[e] *= al[M::slot(e)];
+          for (int e = 0; e < M::kNS; ++e) {
+            const int sl = M::slot(e);
+            const float p = s[j].v[e] == neg_inf() ? 0.0f : exp2f(s[j].v[e] - m[sl]);
+            s[j].v[e] = p;
+            l[sl] += p;
+          }
+      }
+      // the running maxima rarely move after the first tiles: O's rescale only when one did
+      bool moved = false;
+#pragma unroll
+      for (int sl = 0; sl < S; ++sl) moved |= al[sl] != 1.0f;
+      if (ballot(moved)) {
+#pragma unroll
+        for (int dc = 0; dc < DC; ++dc)
+#pragma unroll
+          for (int e = 0; e < M::kNS; ++e) o[dc].v[e] *= al[M::slot(e)];
+      }
 #pragma unroll
       for (int j = 0; j < KC; ++j) {
         const typename M::P p = M::pack(s[j], lane);
 #pragma unroll
         for (int dc = 0; dc < DC; ++dc) M::pv(o[dc], p, sv + 16 * j * PITCH + dc * 16, PITCH, lane);
       }
-      sync_block();   // this stage's readers are done before tile t + 2 lands in it
     }
     float inv[S];
 #pragma unroll
@@ -989,10 +1058,16 @@ MLXA_DEVICE void decode_mma(const SdpaDecodeArgs& a) {
         s.v[e] = p;
         l[sl] += p;
       }
+      // the running maxima rarely move after the first tiles: O's rescale only when one did
+      bool moved = false;
 #pragma unroll
-      for (int dc = 0; dc < DC; ++dc)
+      for (int sl = 0; sl < S; ++sl) moved |= al[sl] != 1.0f;
+      if (ballot(moved)) {
 #pragma unroll
-        for (int e = 0; e < M::kNS; ++e) o[dc].v[e] *= al[M::slot(e)];
+        for (int dc = 0; dc < DC; ++dc)
+#pragma unroll
+          for (int e = 0; e < M::kNS; ++e) o[dc].v[e] *= al[M::slot(e)];
+      }
       const typename M::P pp = M::pack(s, lane);
 #pragma unroll
       for (int dc = 0; dc < DC; ++dc) M::pv(o[dc], pp, sv + dc * 16, PITCH, lane);
@@ -1129,8 +1204,15 @@ MLXA_DEVICE void scatter(const SdpaScatterArgs& a) {
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(SdpaFlashArgs a) {                        \
     mlxa::sdpa::flash<T, D, RQ, KQ>(a);                                                    \
   }
+// NVIDIA: four warps, three blocks a multiprocessor (registers capped at 168: at two blocks the
+// eight warps left the schedulers idle 62 % of the time, ncu); AMD: CDNA's four 64-wide waves.
+#if MLXA_PLATFORM_NVIDIA
+#define MLXA_SDPA_FLASH_MMA_BOUNDS MLXA_LAUNCH_BOUNDS_MIN(128, 3)
+#else
+#define MLXA_SDPA_FLASH_MMA_BOUNDS MLXA_LAUNCH_BOUNDS(256)
+#endif
 #define MLXA_SDPA_FLASH_MMA(name, T, D)                                                 \
-  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(SdpaFlashArgs a) {                        \
+  MLXA_GLOBAL void MLXA_SDPA_FLASH_MMA_BOUNDS name(SdpaFlashArgs a) {                     \
     mlxa::sdpa::flash_mma<T, D>(a);                                                        \
   }
 #define MLXA_SDPA_ROWS(name, T, W)                                                        \

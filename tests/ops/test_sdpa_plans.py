@@ -259,6 +259,13 @@ def test_flash_mma_declines(monkeypatch):
     assert "sdpa_flash_mma_d128_bfloat16" not in kernels(node(1, 32, 8, 40, 2000, 128, mode="causal"), sm90)
     monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", "mma")     # forced: taken there too
     assert kernels(node(1, 32, 8, 40, 2000, 128, mode="causal"), sm90) == ["sdpa_flash_mma_d128_bfloat16"]
+    # K's rows 2^26 elements apart: a key tile's per-thread copy offsets would overflow 32 bits,
+    # so not even a forced "mma" takes it
+    base = node(1, 8, 2, 300, 300, 64, mode="causal")
+    far = Layout.strided((1, 2, 300, 64), (0, 300 * 64, 1 << 26, 1), "bfloat16")
+    wide = Node(base.prim, base.params, (base.ins[0], far, base.ins[2]), base.outs)
+    assert "sdpa_flash_mma_d64_bfloat16" not in kernels(wide, sm90)
+    assert kernels(base, sm90) == ["sdpa_flash_mma_d64_bfloat16"]
     monkeypatch.setenv("MLX_AMD_SDPA_PREFILL", "flash")
     assert kernels(node(1, 8, 2, 300, 300, 64, mode="causal"), sm90) == ["sdpa_flash_d64_bfloat16"]
     monkeypatch.delenv("MLX_AMD_SDPA_PREFILL")

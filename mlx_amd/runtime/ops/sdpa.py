@@ -402,6 +402,9 @@ def _unit_last(x: Layout) -> bool:
 PREFILL_ENV = "MLX_AMD_SDPA_PREFILL"
 
 
+MMA_MAX_TILE_KEYS = 64     # the most keys of a K/V tile of sdpa_flash_mma on any backend (mma.h's kKeys)
+
+
 def prefill_force() -> str:
     """"" (choose), "mma" (the matrix-unit flash kernel where it serves), "flash" (the
     portable twin) or "gemm": MLX_AMD_SDPA_PREFILL."""
@@ -437,6 +440,10 @@ def plan_flash_mma(node, p: Problem, device) -> Plan | None:
         return None
     rows = t.flash_mma_rows()
     if not _flash_fits(node, p, rows):
+        return None
+    # each thread's K/V tile copy offsets are 32-bit (sdpa.hip: TileCopies): a tile's rows of
+    # K's and V's key strides (up to MMA_MAX_TILE_KEYS keys) must fit
+    if MMA_MAX_TILE_KEYS * max(abs(node.ins[1].strides[2]), abs(node.ins[2].strides[2])) + p.D >= 2**31:
         return None
     blocks = -(-p.Lq // rows) * p.Hq * p.B
     if force != "mma" and p.Lk > FLASH_MAX_KEYS and blocks < 2 * compute_units(device):
