@@ -139,7 +139,7 @@ MLXA_DEVICE void combine_splits(const SdpaDecodeArgs& a, int rows_here, const Ou
   if (!*last) return;
   __threadfence();                 // the other blocks' partials, counted before, are visible
   const int n = a.n_splits;
-  // every subgroup takes every round (a wave's shuffles need all of its lanes: a 64-wide wave
+  // every subgroup takes every round (a wave's shuffles need all of its lanes: CDNA's wave
   // holds two subgroups, and rows_here may give one of them a row and not the other)
   for (int r0 = 0; r0 < rows_here; r0 += NT / 32) {
     const int r = r0 + sub < rows_here ? r0 + sub : rows_here - 1;
@@ -1205,7 +1205,7 @@ MLXA_DEVICE void scatter(const SdpaScatterArgs& a) {
     mlxa::sdpa::flash<T, D, RQ, KQ>(a);                                                    \
   }
 // NVIDIA: four warps, three blocks a multiprocessor (registers capped at 168: at two blocks the
-// eight warps left the schedulers idle 62 % of the time, ncu); AMD: CDNA's four 64-wide waves.
+// eight warps left the schedulers idle 62 % of the time, ncu); AMD: up to four CDNA waves.
 #if MLXA_PLATFORM_NVIDIA
 #define MLXA_SDPA_FLASH_MMA_BOUNDS MLXA_LAUNCH_BOUNDS_MIN(128, 3)
 #else
