@@ -60,7 +60,7 @@ def main():
     args = ap.parse_args()
     b = Bench("sdpa_bench")
     scale = 1.0 / math.sqrt(D)
-    for lk in (4096, 32768, 131072):
+    for lk in (640, 4096, 32768, 131072):   # 640: mlx-lm's benchmark context (512 prompt + 128)
         q, k, v = inputs(1, lk, cache=lk + 256)       # a KV-cache slice, as mlx-lm reads it
         kv_bytes = 2 * B * HKV * lk * D * 2
         name = f"sdpa decode bf16 B{B} H{HQ}/{HKV} D{D} L{lk}"

@@ -126,10 +126,21 @@ struct Cfg {
 // ---- split-K: the last block of a row chunk to finish combines every split's partials (no
 // second launch: its latency was most of a short-context decode). `counter` (the chunk's, in
 // memory the runtime keeps zeroed; the last block sets it back to 0), `ml` (2 floats a row)
-// and `last` are the caller's; a 32-lane subgroup per row for the rows' maxima and sums.
-template <typename T, int D, int NT, class OutRow>
+// and `last` are the caller's. After the arrival count, one trip to memory where there were
+// 2 + splits / 8: the rows' (max, sum) pairs (a 32-lane subgroup a row, merged online) and
+// the first CAP splits of every partial row are loaded together, the partial rows by
+// tpi neighbouring lanes an output quad, summed by shuffles.
+MLXA_DEVICE void merge_ml(float& M, float& L, float m, float l) {
+  const float mn = fmaxf(M, m);
+  L = L * rescale(M, mn) + l * rescale(m, mn);
+  M = mn;
+}
+// CAP: partial rows a lane has in flight.
+template <typename T, int D, int NT, int CAP, class OutRow>
 MLXA_DEVICE void combine_splits(const SdpaDecodeArgs& a, int rows_here, const OutRow& out_row,
                                 unsigned int* counter, float* ml, unsigned int* last) {
+  constexpr int Q = D / 4;
+  static_assert(D % 4 == 0, "partial rows in 16-byte vectors");
   const int tid = (int)threadIdx.x, sub = tid / 32, sl = tid % 32;
   const int rows_total = a.B * a.Hq * a.Lq;
   __threadfence();                 // this block's partials before its arrival is counted
@@ -139,51 +150,78 @@ MLXA_DEVICE void combine_splits(const SdpaDecodeArgs& a, int rows_here, const Ou
   if (!*last) return;
   __threadfence();                 // the other blocks' partials, counted before, are visible
   const int n = a.n_splits;
-  // every subgroup takes every round (a wave's shuffles need all of its lanes: CDNA's wave
-  // holds two subgroups, and rows_here may give one of them a row and not the other)
+  // output quads (row, 4 columns): tpi lanes each (a power of two, within a subgroup) over
+  // every tpi-th split; every lane takes every round and shuffle (a wave's shuffles need all
+  // of its lanes: CDNA's wave holds two subgroups)
+  const int items = rows_here * Q;
+  int tpi = 1;
+  while (tpi < 16 && items * tpi * 2 <= NT) tpi *= 2;
+  const int part = tid % tpi;
+  Vec<float, 4> x[CAP];
+  float m[CAP];
+  auto load = [&](int gi, int s0) {
+    const int item = gi < items * tpi ? gi / tpi : 0;
+    const int64_t orow = out_row(item / Q);
+#pragma unroll
+    for (int i = 0; i < CAP; ++i) {
+      const int sp = s0 + part + i * tpi;
+      if (sp < n) {
+        const int64_t pr = (int64_t)sp * rows_total + orow;
+        x[i] = *(const Vec<float, 4>*)(a.part_o + pr * D + (item % Q) * 4);
+        m[i] = a.part_ml[pr * 2];
+      } else {
+        x[i] = Vec<float, 4>{{0.0f, 0.0f, 0.0f, 0.0f}};
+        m[i] = neg_inf();
+      }
+    }
+  };
+  load(tid, 0);   // in flight with the maxima's loads below
   for (int r0 = 0; r0 < rows_here; r0 += NT / 32) {
     const int r = r0 + sub < rows_here ? r0 + sub : rows_here - 1;
-    const bool mine = r0 + sub < rows_here;
     const int64_t orow = out_row(r);
     const int h = (int)((orow / a.Lq) % a.Hq);
-    const float sk = a.sink_kind != MLXA_SDPA_SINK_NONE ? sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride)
-                                                        : neg_inf();
-    float M = sk;
-    for (int sp = sl; sp < n; sp += 32) M = fmaxf(M, a.part_ml[((int64_t)sp * rows_total + orow) * 2]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, shfl_xor(M, o, 32));
-    float L = 0.0f;
+    const bool sink = a.sink_kind != MLXA_SDPA_SINK_NONE;
+    float M = sink ? sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride) : neg_inf();
+    float L = sink ? 1.0f : 0.0f;
     for (int sp = sl; sp < n; sp += 32) {
-      const float* pml = a.part_ml + ((int64_t)sp * rows_total + orow) * 2;
-      L = fmaf(pml[1], rescale(pml[0], M), L);
+      const Vec<float, 2> v = *(const Vec<float, 2>*)(a.part_ml + ((int64_t)sp * rows_total + orow) * 2);
+      merge_ml(M, L, v.v[0], v.v[1]);
     }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) L += shfl_xor(L, o, 32);
-    if (a.sink_kind != MLXA_SDPA_SINK_NONE) L += rescale(sk, M);
-    if (sl == 0 && mine) {
+    for (int o = 16; o > 0; o >>= 1) {
+      const float mo = shfl_xor(M, o, 32), lo = shfl_xor(L, o, 32);
+      merge_ml(M, L, mo, lo);
+    }
+    if (sl == 0 && r0 + sub < rows_here) {
       ml[2 * r] = M;
       ml[2 * r + 1] = L;
     }
   }
   sync_block();
-  // 4 columns a thread (16-byte partial loads: head dims are multiples of 16), 8 splits in
-  // flight: one block walks every split's partials, on the decode's critical path
-  static_assert(D % 4 == 0, "partial rows in 16-byte vectors");
-  for (int t = tid; t < rows_here * (D / 4); t += NT) {
-    const int r = t / (D / 4), e = (t % (D / 4)) * 4;
-    const int64_t orow = out_row(r);
-    const float M = ml[2 * r], inv = 1.0f / ml[2 * r + 1];
+  for (int base = 0; base < items * tpi; base += NT) {
+    const int gi = base + tid;
+    const int item = gi < items * tpi ? gi / tpi : 0;
+    const int r = item / Q, e = (item % Q) * 4;
+    const float M = ml[2 * r];
     float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 8
-    for (int sp = 0; sp < n; ++sp) {
-      const int64_t pr = (int64_t)sp * rows_total + orow;
-      const float f = rescale(a.part_ml[pr * 2], M);
-      const Vec<float, 4> x = *(const Vec<float, 4>*)(a.part_o + pr * D + e);
+    for (int s0 = 0; s0 < n; s0 += CAP * tpi) {
+      if (base > 0 || s0 > 0) load(gi, s0);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) o[i] = fmaf(x.v[i], f, o[i]);
+      for (int i = 0; i < CAP; ++i) {
+        const float f = rescale(m[i], M);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) o[j] = fmaf(x[i].v[j], f, o[j]);
+      }
     }
+    for (int off = 1; off < tpi; off <<= 1)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) ((T*)a.out)[orow * D + e + i] = cast<T>(o[i] * inv);
+      for (int j = 0; j < 4; ++j) o[j] += shfl_xor(o[j], off, 32);
+    if (gi < items * tpi && part == 0) {
+      const float inv = 1.0f / ml[2 * r + 1];
+      const int64_t orow = out_row(r);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) ((T*)a.out)[orow * D + e + j] = cast<T>(o[j] * inv);
+    }
   }
   if (tid == 0) *counter = 0u;     // ready for the next launch, queued after this one
 }
@@ -417,7 +455,7 @@ MLXA_DEVICE void decode(const SdpaDecodeArgs& a) {
   }
   if (a.n_splits == 1) return;
   __shared__ unsigned int sm_last;
-  combine_splits<T, D, kDecodeBlock>(a, rows_here, out_row,
+  combine_splits<T, D, kDecodeBlock, 8>(a, rows_here, out_row,
                                      a.counters + ((int64_t)b * a.Hkv + kvh) * chunks + (int)blockIdx.x % chunks,
                                      &sm_m[0][0], &sm_last);
 }
@@ -1116,7 +1154,7 @@ MLXA_DEVICE void decode_mma(const SdpaDecodeArgs& a) {
     }
     if (a.n_splits == 1) return;
     sync_block();   // the combine reuses the shared memory read above
-    combine_splits<T, D, NT>(a, rows_here, out_row,
+    combine_splits<T, D, NT, 8>(a, rows_here, out_row,
                              a.counters + ((int64_t)b * a.Hkv + kvh) * chunks + (int)blockIdx.x % chunks,
                              smf, &sm_last);
   }
@@ -1192,8 +1230,10 @@ MLXA_DEVICE void scatter(const SdpaScatterArgs& a) {
 
 }  // namespace mlxa::sdpa
 
+// (two blocks a multiprocessor on NVIDIA, DECODE_BLOCKS_PER_CU: the split combine's loads in
+// flight would otherwise take the kernel past 128 registers)
 #define MLXA_SDPA_DECODE(name, T, D, R)                                                   \
-  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(256) name(SdpaDecodeArgs a) {                      \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(256, 2) name(SdpaDecodeArgs a) {                \
     mlxa::sdpa::decode<T, D, R>(a);                                                        \
   }
 #define MLXA_SDPA_DECODE_MMA(name, T, D)                                                 \

@@ -183,6 +183,36 @@ def test_decode_step_reuses_plan(gpu_runtime):
         run_case("bfloat16", q, k, v, m, s)
 
 
+# (B, Hq, Hkv, Lq, Lk, D, Dv, mask, sinks, cache, transposed_q, dtype)
+MANY_SPLITS = [
+    (1, 8, 2, 1, 2048, 128, None, "causal", True, None, True, "bfloat16"),   # 2 lanes a quad, 4 rounds
+    (1, 6, 2, 1, 2000, 64, None, None, False, None, False, "float16"),       # 3 rows a chunk, 4 lanes
+    (1, 4, 4, 1, 1500, 96, None, "window", False, 3000, False, "float32"),   # one row, -inf splits
+]
+
+
+@pytest.mark.parametrize("case", MANY_SPLITS, ids=lambda c: f"D{c[5]}-L{c[4]}-{c[11]}")
+def test_decode_many_splits(gpu_runtime, monkeypatch, case):
+    """The split combine with far more splits than a round of its loads (the split target
+    raised, so on any device, the emulator's few compute units included): several rounds,
+    1-4 lanes an output quad, the sinks folded into the rows' (max, sum), splits whose keys
+    are all masked."""
+    from mlx_amd.runtime.ops import sdpa as sdpa_ops
+
+    ev = gpu_runtime.evaluator
+    monkeypatch.setattr(sdpa_ops, "DECODE_BLOCKS_PER_CU", 64)
+    monkeypatch.setenv("MLX_AMD_SDPA_DECODE", "fma")
+    ev.plans.clear()
+    ev.drop_programs()
+    try:
+        B, Hq, Hkv, Lq, Lk, D, Dv, mask, sinks, cache, tq, dtype = case
+        q, k, v, m, s = make(B, Hq, Hkv, Lq, Lk, D, Dv, dtype, mask, sinks, cache, tq, seed=Lk)
+        run_case(dtype, q, k, v, m, s)
+    finally:
+        ev.plans.clear()
+        ev.drop_programs()
+
+
 def test_split_counters_return_to_zero(gpu_runtime):
     """A split-K decode counts its blocks in the runtime's zeroed scratch and its last block
     combines and sets the count back: after decodes of every split count (eager, then a
