@@ -580,8 +580,17 @@ struct H2Seg {
 };
 
 // Pro: x is the RMS norm prologue's (mlxa/norm_prologue.h; m == 1, batch 1), staged from shared memory.
+// Two variants for the per-launch cost (session 29; instantiated only by tools/qmv_mma.cu,
+// not yet timed on a GPU, so the package keeps both off):
+// Spread (k split 1, at least one row group a wave): each wave takes every (NW * blocks)-th
+//   row group, waves numbered across blocks first, instead of a block taking whole row blocks
+//   in turn, so the last partial round (8b gate+up: 3.4 rounds run as 4) is shared by every
+//   multiprocessor.
+// Prime: the whole ring of S chunks loaded before x is staged (at k = 4096 and a k split of 2,
+//   all of a lane's chunks: one DRAM latency a row block, not two), each stage refilled once
+//   summed.
 template <typename T, int B, int W, bool Pro = false, int R = H2Fmt<B>::R, int NW = qmv_h2_groups<W>,
-          int S = kQmvH2Stages>
+          int S = kQmvH2Stages, bool Spread = false, bool Prime = false>
 MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& sr, const RmsPro* pro = nullptr,
                         const RmsProShape* ps = nullptr) {
   const int lane = wave_lane<W>(), wave = wave_index<W>();
@@ -597,7 +606,11 @@ MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& 
   const long long block_rows = (long long)(NW / ks) * R;
   const long long nrb = (N0 + block_rows - 1) / block_rows + (N1 + block_rows - 1) / block_rows +
                         (N2 + block_rows - 1) / block_rows;
-  const long long rb_step = gridDim.x / M;
+  const long long nblk = gridDim.x / M;
+  // units of work: row blocks of the block, or (Spread) row groups of the wave
+  const long long unit_rows = Spread ? R : block_rows, nunits = Spread ? nrb * (NW / ks) : nrb;
+  const long long u0 = Spread ? wave * nblk + blockIdx.x / M : blockIdx.x / M;
+  const long long ustep = Spread ? NW * nblk : nblk;
   const uint32_t c0 = (uint32_t)(lane + kpart * W);
   for (long long b = blockIdx.y; b < a.batch; b += gridDim.y) {
     const QmvBatch<T, T> q = qmv_batch<T, T, true>(a, b);
@@ -610,8 +623,8 @@ MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& 
     H2Load<T, B, R> L[S];
     bool staged = false;
 #pragma unroll 1
-    for (long long rb = blockIdx.x / M; rb < nrb; rb += rb_step) {
-      long long grow = rb * block_rows;   // the block's first row over the three matrices
+    for (long long u = u0; u < nunits; u += ustep) {
+      long long grow = u * unit_rows;   // the unit's first row over the three matrices
       const long long e1 = (N0 + block_rows - 1) / block_rows * block_rows;
       const long long e2 = e1 + (N1 + block_rows - 1) / block_rows * block_rows;
       const H2Seg<T> sg = grow < e1 ? H2Seg<T>{q.w, q.s, q.b, (T*)a.out + (b * M + m) * N0, 0, N0}
@@ -622,7 +635,7 @@ MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& 
       const long long N = sg.rows;
       const bool wvec = a.w_vec && aligned(sg.w, chunk_align<B>());
       const QmvRows<T, T> rows{sg.w, sg.s, sg.b, xb, a.w_row, a.s_row, a.b_row, a.group_shift, wvec, xvec};
-      const long long row0 = grow - sg.first + (long long)(wave / ks) * R;
+      const long long row0 = grow - sg.first + (Spread ? 0 : (long long)(wave / ks) * R);
       // rows past the end read the last row (valid memory); their sums are never stored
       H2Rows<R> o;
 #pragma unroll
@@ -633,7 +646,7 @@ MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& 
         o.b[r] = n * (uint32_t)a.b_row;
       }
 #pragma unroll
-      for (int st = 0; st + 1 < S; ++st) {
+      for (int st = 0; st < (Prime ? S : S - 1); ++st) {
         const uint32_t cs = c0 + st * step;
         qmv_h2_load<T, B, R>(L[st], rows, o, cs < nch ? cs : last);
       }
@@ -674,9 +687,12 @@ MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& 
         while (c < nch) {
 #pragma unroll
           for (int st = 0; st < S; ++st) {
-            const uint32_t cn = c + (S - 1) * step;   // past the end: reload the last chunk (cached)
-            qmv_h2_load<T, B, R>(L[(st + S - 1) % S], rows, o, cn < nch ? cn : last);
+            // past the end: reload the last chunk (cached; a branch kept the old stage live
+            // and spilled). Prime: the stage just summed takes the chunk S steps on.
+            const uint32_t cn = c + (Prime ? S : S - 1) * step;
+            if constexpr (!Prime) qmv_h2_load<T, B, R>(L[(st + S - 1) % S], rows, o, cn < nch ? cn : last);
             qmv_h2_sum<T, B, R>(acc, L[st], xs, nch, c);
+            if constexpr (Prime) qmv_h2_load<T, B, R>(L[st], rows, o, cn < nch ? cn : last);
             c += step;
             if (c >= nch) break;
           }

@@ -25,6 +25,8 @@
 //   H2ONLY=1: qmv_h2 rows only. An A/B of qmv_h2 against an older quantized.hip in one run:
 //   git show REV:hip_kernels/quantized.hip, cut after "}  // namespace mlxa", rename "namespace q {"
 //   and "mlxa::q::" to q_old, and add -DQMV_H2_OLD='"<that file>"' to the build line.
+//   Rows "h2 prime", "h2 spread", "h2 spread prime": qmv_h2's Prime and Spread variants (off in
+//   the package until timed here).
 #include <cuda_bf16.h>
 
 #include "quantized.hip"
@@ -201,9 +203,9 @@ __global__ void __launch_bounds__(128) qmv_pkg_mma(QmvArgs a) { mlxa::q::qmv_mma
 // qmv_h2 (packed half math, x staged in shared memory) with R rows per wave and NW waves a block.
 // The sibling structs are kernel arguments, as in the package (a local copy indexed at run time
 // would live in local memory).
-template <int R, int NW, int S = 2, int MINB = 2>
+template <int R, int NW, int S = 2, int MINB = 2, bool SPREAD = false, bool PRIME = false>
 __global__ void __launch_bounds__(NW * 32, MINB) qmv_h2_k(QmvSibs s, QmvArgs a, QmvSibRows r) {
-  mlxa::q::qmv_h2<bf, 4, 32, false, R, NW, S>(s, a, r);
+  mlxa::q::qmv_h2<bf, 4, 32, false, R, NW, S, SPREAD, PRIME>(s, a, r);
 }
 #ifdef QMV_H2_OLD
 // An earlier qmv_h2 for an A/B in one run: QMV_H2_OLD names a copy of an older quantized.hip
@@ -258,8 +260,8 @@ int main() {
       return q;
     };
     // launch(i, ks) over k splits 1, 2, 4 (the planners choose among them)
-    auto sweep = [&](const char* name, auto launch) {
-      for (int ks = 1; ks <= 4; ks *= 2) {
+    auto sweep = [&](const char* name, auto launch, int ks_max = 4) {
+      for (int ks = 1; ks <= ks_max; ks *= 2) {
         Res r = measure([&](int i) { launch(i, ks); }, copies, bytes, y, yref, s.N);
         printf("  %-12s ks%d %8.2f us %7.1f GB/s %.3f roof  err %.1e\n", name, ks, r.us, r.gbs, r.gbs / roof, r.err);
       }
@@ -273,15 +275,19 @@ int main() {
     // qmv_h2: NW waves of R rows a block; cap: the grid's most blocks (they loop over the rest)
     // the package's launch: two blocks per SM, each looping over row blocks
     const int cap = 2 * sms;
-    auto h2_run = [&](auto kern, int R, int NW, const char* name, int grid_cap = -1) {
+    auto h2_run = [&](auto kern, int R, int NW, const char* name, int grid_cap = -1, int ks_max = 4) {
       if (grid_cap < 0) grid_cap = cap;
       sweep(name, [&](int i, int ks) {
         const int rows = NW / ks * R;
         kern<<<(unsigned)std::min((s.N + rows - 1) / rows, grid_cap), NW * 32, s.K / 32 * 72>>>(QmvSibs{}, args(i, ks),
                                                                                           QmvSibRows{});
-      });
+      }, ks_max);
     };
     h2_run(qmv_h2_k<4, 8>, 4, 8, "h2 R4 NW8 P2");
+    // the kernel's Spread and Prime variants (quantized.hip; Spread takes k split 1 only)
+    h2_run(qmv_h2_k<4, 8, 2, 2, false, true>, 4, 8, "h2 prime");
+    h2_run(qmv_h2_k<4, 8, 2, 2, true>, 4, 8, "h2 spread", -1, 1);
+    h2_run(qmv_h2_k<4, 8, 2, 2, true, true>, 4, 8, "h2 spread prime", -1, 1);
 #ifdef QMV_H2_OLD
     h2_run(qmv_h2_old_k<4, 8>, 4, 8, "h2-old R4 NW8 P2");
 #endif
