@@ -9,9 +9,7 @@ what that proves and what not). Only used when asked for: ``MLX_AMD_DRIVER=emu``
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import os
 from pathlib import Path
 from typing import Callable, Mapping
 
