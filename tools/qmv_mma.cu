@@ -26,7 +26,7 @@
 //   git show REV:hip_kernels/quantized.hip, cut after "}  // namespace mlxa", rename "namespace q {"
 //   and "mlxa::q::" to q_old, and add -DQMV_H2_OLD='"<that file>"' to the build line.
 //   Rows "h2 prime", "h2 spread", "h2 spread prime": qmv_h2's Prime and Spread variants (off in
-//   the package until timed here).
+//   the package until timed here); "h2 S1", "h2 S1 prime": one stage, as the AMD build has it.
 #include <cuda_bf16.h>
 
 #include "quantized.hip"
@@ -288,6 +288,10 @@ int main() {
     h2_run(qmv_h2_k<4, 8, 2, 2, false, true>, 4, 8, "h2 prime");
     h2_run(qmv_h2_k<4, 8, 2, 2, true>, 4, 8, "h2 spread", -1, 1);
     h2_run(qmv_h2_k<4, 8, 2, 2, true, true>, 4, 8, "h2 spread prime", -1, 1);
+    // one stage, as AMD builds it (kQmvH2Stages): there the first loads wait for x's staging
+    // unless primed
+    h2_run(qmv_h2_k<4, 8, 1>, 4, 8, "h2 S1");
+    h2_run(qmv_h2_k<4, 8, 1, 2, false, true>, 4, 8, "h2 S1 prime");
 #ifdef QMV_H2_OLD
     h2_run(qmv_h2_old_k<4, 8>, 4, 8, "h2-old R4 NW8 P2");
 #endif
