@@ -2,8 +2,8 @@
 // per-evaluation tables of the graph walk (array id -> slot) and of a replay
 // (buffer key -> device address). std::unordered_map allocates a node per entry:
 // at 40,000 graph nodes that was a malloc per slot and a cache miss per lookup.
-// Here the keys sit in one array, linear probing, no erase (the tables live for
-// one evaluation), growth at 1/2 load.
+// Here the keys sit in one array, linear probing, growth at 1/2 load; erase shifts
+// the probe run back (no tombstones), for the one long-lived table (Outputs).
 #pragma once
 
 #include <algorithm>
@@ -54,6 +54,39 @@ class FlatMap {
     size_ = 0;
   }
   size_t size() const { return size_; }
+  V* find_mut(uintptr_t k) { return const_cast<V*>(find(k)); }
+  // removes k; true when it was there
+  bool erase(uintptr_t k) {
+    size_t i = slot(k);
+    for (;; i = (i + 1) & mask_) {
+      if (keys_[i] == 0) return false;
+      if (keys_[i] == k) break;
+    }
+    // each later key of the run moves into the hole unless its home slot lies in (hole, j]
+    for (size_t j = (i + 1) & mask_; keys_[j] != 0; j = (j + 1) & mask_) {
+      const size_t h = slot(keys_[j]);
+      const bool stays = i <= j ? (i < h && h <= j) : (i < h || h <= j);
+      if (!stays) {
+        keys_[i] = keys_[j];
+        vals_[i] = vals_[j];
+        i = j;
+      }
+    }
+    keys_[i] = 0;
+    --size_;
+    return true;
+  }
+  // f(key, value) for every entry, in table order
+  template <class F>
+  void for_each(F&& f) const {
+    for (size_t i = 0; i < keys_.size(); ++i)
+      if (keys_[i] != 0) f(keys_[i], vals_[i]);
+  }
+  // empty, keeping the storage
+  void clear() {
+    std::fill(keys_.begin(), keys_.end(), uintptr_t(0));
+    size_ = 0;
+  }
 
  private:
   std::vector<uintptr_t> keys_;   // 0: empty

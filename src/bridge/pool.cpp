@@ -201,15 +201,15 @@ int64_t Outputs::take(size_t nbytes, Fresh* out, uintptr_t prefer) {
   }
   auto key = static_cast<int64_t>(h - kHeader);
   *out = Fresh{h, d, nbytes};
-  fresh_[key] = *out;
+  fresh_.set(static_cast<uintptr_t>(key), *out);
   return key;
 }
 
 bool Outputs::release(int64_t token) {
-  auto it = fresh_.find(token);
-  if (it == fresh_.end()) return false;
-  Fresh f = it->second;
-  fresh_.erase(it);
+  const Fresh* found = fresh_.find(static_cast<uintptr_t>(token));
+  if (found == nullptr) return false;
+  const Fresh f = *found;
+  fresh_.erase(static_cast<uintptr_t>(token));
   host_->free(f.host);
   if (dev_) dev_->free(f.dev);
   return true;
@@ -217,7 +217,9 @@ bool Outputs::release(int64_t token) {
 
 nb::list Outputs::adopt() {
   nb::list out;
-  for (auto& [k, f] : fresh_) out.append(nb::make_tuple(k, f.host, f.dev, f.nbytes));
+  fresh_.for_each([&](uintptr_t k, const Fresh& f) {
+    out.append(nb::make_tuple(static_cast<int64_t>(k), f.host, f.dev, f.nbytes));
+  });
   fresh_.clear();
   return out;
 }
@@ -265,6 +267,8 @@ void register_pool(nb::module_& m) {
            }, "nbytes"_a, "prefer"_a = 0,
            "a fresh pair, as a replay takes one: (key, host data, device data)")
       .def("has", &Outputs::has, "key"_a)
+      .def("release", &Outputs::release, "key"_a,
+           "recycle the pair of `key` as a replay does when its array dies; False if not here")
       .def("__len__", &Outputs::size);
 }
 

@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "bridge.h"
+#include "flatmap.h"
 
 namespace mlx_amd {
 
@@ -89,14 +90,16 @@ class Outputs {
   bool release(int64_t token);
   // [(key, host data, device data, nbytes)] of every buffer still here; empties the table
   nb::list adopt();
-  bool has(int64_t key) const { return fresh_.count(key) != 0; }
+  bool has(int64_t key) const { return fresh_.find(static_cast<uintptr_t>(key)) != nullptr; }
   size_t size() const { return fresh_.size(); }
 
  private:
   nb::object host_obj_, dev_obj_;
   Pool* host_;
   Pool* dev_;   // nullptr: unified
-  std::unordered_map<int64_t, Fresh> fresh_;
+  // (open addressing: a replay inserts and erases one entry per output; a std::unordered_map
+  // allocated and freed a node for each)
+  FlatMap<Fresh> fresh_;
 };
 
 // drain_freed(): recycle `token` if a live Outputs table holds it

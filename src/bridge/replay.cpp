@@ -509,6 +509,13 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       MLXA_PREFETCH(pm.ins.data());
       MLXA_PREFETCH(pm.out_shapes.data());
       MLXA_PREFETCH(pm.steps.data());
+      // the per-output records the node's output loop reads (each its own heap block: at
+      // 10k launches a step each was a miss, the donation check's most of all)
+      MLXA_PREFETCH(pm.out_dtypes.data());
+      MLXA_PREFETCH(pm.out_nbytes.data());
+      MLXA_PREFETCH(pm.last_dev.data());
+      MLXA_PREFETCH(pm.donate.data());
+      MLXA_PREFETCH(pm.written.data());
     }
     for (int64_t m = n == 0 ? 0 : n + kNear; m <= n + kNear && m < num_nodes; ++m) {
       for (auto s_in : nodes_[m].inputs) {

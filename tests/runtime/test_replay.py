@@ -43,6 +43,36 @@ def outputs():
     return bridge.Outputs(pool.core, pool.core)
 
 
+def test_outputs_table_takes_releases_and_adopts():
+    """The replay's table of fresh output pairs (open addressing with backward-shift erase):
+    thousands of takes and releases in a random order, checked against a Python model;
+    what adopt() hands over is exactly what is left, and the table is empty after it."""
+    import random
+
+    from mlx_amd.runtime.memory import Pool
+
+    rng = random.Random(7)
+    pool = Pool(lambda n: 1 << 20, lambda p: None, lambda: (1 << 30, 1 << 30))   # alive: it serves misses
+    outs = bridge.Outputs(pool.core, pool.core)
+    live = {}
+    for step in range(6000):
+        if live and rng.random() < 0.45:
+            key = rng.choice(list(live))
+            assert outs.release(key)
+            del live[key]
+            assert not outs.has(key) and not outs.release(key)
+        else:
+            key, host, dev = outs.take(rng.choice((16, 256, 4096)))
+            assert key not in live and not isinstance(key, bool)
+            live[key] = (host, dev)
+        if step % 500 == 0:
+            assert len(outs) == len(live) and all(outs.has(k) for k in live)
+    assert len(outs) == len(live) and all(outs.has(k) for k in live)
+    adopted = outs.adopt()
+    assert {k: (h, d) for k, h, d, _ in adopted} == live
+    assert len(outs) == 0 and not any(outs.has(k) for k in live)
+
+
 def test_program_for_another_structure_is_refused():
     a = mx.ones((2, 3))
     mx.eval(a)
