@@ -2,7 +2,7 @@
 buffers, residency, launches) on the host driver, with kernel launches turned into no-ops.
 What this measures is our own host cost per node, minus the vendor driver's launch call.
 
-    python tools/profile_engine.py [--nodes 1000] [--reps 20] [--profile] [--fresh]
+    python tools/profile_engine.py [--nodes 1000] [--reps 20] [--profile] [--fresh] [--operands]
 """
 
 import argparse
@@ -131,10 +131,13 @@ def null_counts(native) -> dict:
             for k in ("launches", "graphs", "nodes", "updates", "graph_launches")}
 
 
-def chain(x, n, variant=-1):
+def chain(x, n, variant=-1, operands=None):
+    """``operands``: two arrays of x's shape instead of Python scalars (no Broadcast views, no
+    fresh constant leaves: launches only, as eval_overhead's full-size rows)."""
+    s, h = operands if operands is not None else (1.0001, 0.5)
     for i in range(n // 2):
-        x = x * 1.0001
-        x = (x - 0.5) if i == variant else (x + 0.5)   # another structure per variant
+        x = x * s
+        x = (x - h) if i == variant else (x + h)   # another structure per variant
     return x
 
 
@@ -145,6 +148,9 @@ def main():
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--fresh", action="store_true",
                     help="a new graph structure every time (first sightings: the node-by-node path)")
+    ap.add_argument("--operands", action="store_true",
+                    help="full-size operands instead of scalars: every node a launch (the eager replay's "
+                         "per-launch cost)")
     args = ap.parse_args()
     rt, drv = make_runtime()
     from mlx_amd.runtime import bridge
@@ -152,10 +158,14 @@ def main():
     ev = rt.evaluator
     x = mx.array(np.ones(16, np.float32))
     ev.eval([x])
+    ops = None
+    if args.operands:
+        ops = (mx.full((16,), 1.0001), mx.full((16,), 0.5))
+        ev.eval(list(ops))
     ts = []
     prof = cProfile.Profile() if args.profile else None
     for r in range(args.reps):
-        y = chain(x, args.nodes, variant=r if args.fresh else -1)
+        y = chain(x, args.nodes, variant=r if args.fresh else -1, operands=ops)
         if r == 0 or args.fresh:   # (a walk of its own: out of a profile of the steady state)
             n = len(bridge.Graph([y]))
         if prof and r == args.reps - 1:
@@ -167,7 +177,7 @@ def main():
             prof.disable()
     gpu = ev.stats.as_dict()["nodes"]
     native = ev.native.launches if ev.native is not None else 0
-    print(f"{n} nodes: {statistics.median(ts) / n * 1e6:.2f} us/node (median of {args.reps}); "
+    print(f"{n} nodes: {statistics.median(ts) / n * 1e6:.3f} us/node (median of {args.reps}); "
           f"paths {gpu}; launches {drv.launches} python + {native} native; replays {ev.replays}")
     if prof:
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
