@@ -54,14 +54,14 @@ class FlatMap {
     size_ = 0;
   }
   size_t size() const { return size_; }
-  V* find_mut(uintptr_t k) { return const_cast<V*>(find(k)); }
-  // removes k; true when it was there
-  bool erase(uintptr_t k) {
+  // removes k (its value into *out when given); true when it was there
+  bool erase(uintptr_t k, V* out = nullptr) {
     size_t i = slot(k);
     for (;; i = (i + 1) & mask_) {
       if (keys_[i] == 0) return false;
       if (keys_[i] == k) break;
     }
+    if (out != nullptr) *out = vals_[i];
     // each later key of the run moves into the hole unless its home slot lies in (hole, j]
     for (size_t j = (i + 1) & mask_; keys_[j] != 0; j = (j + 1) & mask_) {
       const size_t h = slot(keys_[j]);

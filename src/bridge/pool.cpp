@@ -206,10 +206,8 @@ int64_t Outputs::take(size_t nbytes, Fresh* out, uintptr_t prefer) {
 }
 
 bool Outputs::release(int64_t token) {
-  const Fresh* found = fresh_.find(static_cast<uintptr_t>(token));
-  if (found == nullptr) return false;
-  const Fresh f = *found;
-  fresh_.erase(static_cast<uintptr_t>(token));
+  Fresh f;
+  if (!fresh_.erase(static_cast<uintptr_t>(token), &f)) return false;
   host_->free(f.host);
   if (dev_) dev_->free(f.dev);
   return true;

@@ -195,7 +195,7 @@ MANY_SPLITS = [
 def test_decode_many_splits(gpu_runtime, monkeypatch, case):
     """The split combine with far more splits than a round of its loads (the split target
     raised, so on any device, the emulator's few compute units included): several rounds,
-    1-4 lanes an output quad, the sinks folded into the rows' (max, sum), splits whose keys
+    2-8 lanes an output quad, the sinks folded into the rows' (max, sum), splits whose keys
     are all masked."""
     from mlx_amd.runtime.ops import sdpa as sdpa_ops
 
