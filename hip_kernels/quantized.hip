@@ -522,12 +522,10 @@ MLXA_DEVICE void qmv_h2_sum(float* acc, const H2Load<T, B, R>& L, const Vec<uint
   }
 }
 
-// Stage chunk c of x (32 values at xc) as H2Fmt's half2 pairs; false if x there is not finite.
-template <typename T, int B>
-MLXA_DEVICE bool qmv_h2_stage(Vec<uint32_t, 4>* xs, uint32_t nch, uint32_t c, const T* xc, bool xvec) {
-  using H = H2Fmt<B>;
+// Chunk c of x (32 values at xc) as floats (xvec: in 16-byte loads).
+template <typename T>
+MLXA_DEVICE void qmv_h2_read(float* v, const T* xc, bool xvec) {
   constexpr int XV = 16 / sizeof(T);
-  float v[32];
   if (xvec) {
 #pragma unroll
     for (int j = 0; j < 32 / XV; ++j) {
@@ -539,6 +537,56 @@ MLXA_DEVICE bool qmv_h2_stage(Vec<uint32_t, 4>* xs, uint32_t nch, uint32_t c, co
 #pragma unroll
     for (int i = 0; i < 32; ++i) v[i] = (float)widen(xc[i]);
   }
+}
+
+// 1/(1+e^|x|) on the side that cannot overflow: the generated kernels' sigmoid (compiled.py's
+// sigmoid_f), so the fused SwiGLU rounds exactly as the Compiled node it replaces.
+MLXA_DEVICE float glu_sigmoid(float x) {
+  const float y = 1.0f / (1.0f + expf(fabsf(x)));
+  return x < 0.0f ? y : 1.0f - y;
+}
+
+// The 32 values of x at offset off made by the SwiGLU prologue (quantized_args.h: GluPro):
+// silu(gate) * up rounded to T after each op as mlx-lm's compiled swiglu rounds them
+// (sigmoid, gate times it, times up); into v as floats and, when row is set, as T there.
+template <typename T>
+MLXA_DEVICE void glu_values(float* v, const GluPro& p, uint32_t off, bool vec, T* row) {
+  constexpr int XV = 16 / sizeof(T);
+  const T* g = (const T*)p.gate + off;
+  const T* u = (const T*)p.up + off;
+#pragma unroll
+  for (int j = 0; j < 32 / XV; ++j) {
+    Vec<T, XV> gv, uv, y;
+    if (vec) {
+      gv = ((const Vec<T, XV>*)g)[j];
+      uv = ((const Vec<T, XV>*)u)[j];
+    } else {
+#pragma unroll
+      for (int t = 0; t < XV; ++t) gv.v[t] = g[j * XV + t], uv.v[t] = u[j * XV + t];
+    }
+#pragma unroll
+    for (int t = 0; t < XV; ++t) {
+      const float gf = (float)widen(gv.v[t]);
+      const float sg = (float)widen(cast<T>(glu_sigmoid(gf)));
+      const float sl = (float)widen(cast<T>(gf * sg));
+      y.v[t] = cast<T>(sl * (float)widen(uv.v[t]));
+      v[j * XV + t] = (float)widen(y.v[t]);
+    }
+    if (row != nullptr) {
+      if (vec) {
+        ((Vec<T, XV>*)(row + off))[j] = y;
+      } else {
+#pragma unroll
+        for (int t = 0; t < XV; ++t) row[off + j * XV + t] = y.v[t];
+      }
+    }
+  }
+}
+
+// Stage chunk c of x (its 32 values in v) as H2Fmt's half2 pairs; false if x there is not finite.
+template <int B>
+MLXA_DEVICE bool qmv_h2_stage(Vec<uint32_t, 4>* xs, uint32_t nch, uint32_t c, const float* v) {
+  using H = H2Fmt<B>;
   float mx = 0.0f, sx = 0.0f;
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
@@ -579,7 +627,11 @@ struct H2Seg {
   long long first, rows;
 };
 
-// Pro: x is the RMS norm prologue's (mlxa/norm_prologue.h; m == 1, batch 1), staged from shared memory.
+// Where qmv_h2's x comes from (m == 1 and batch 1 but for kPlainX): read (QmvArgs' x); the RMS
+// norm prologue's row in shared memory (mlxa/norm_prologue.h: qmv_h2n); made chunk by chunk
+// from the gate and up of a SwiGLU while it is staged (GluPro: qmv_h2g, no siblings), its raw
+// row put over the staged x only when the float path needs it (x not finite, w unaligned).
+enum : int { kPlainX = 0, kRmsX = 1, kGluX = 2 };
 // Two variants for the per-launch cost (session 29; instantiated only by tools/qmv_mma.cu,
 // not yet timed on a GPU, so the package keeps both off):
 // Spread (k split 1, at least one row group a wave): each wave takes every (NW * blocks)-th
@@ -589,10 +641,10 @@ struct H2Seg {
 // Prime: the whole ring of S chunks loaded before x is staged (at k = 4096 and a k split of 2,
 //   all of a lane's chunks: one DRAM latency a row block, not two), each stage refilled once
 //   summed.
-template <typename T, int B, int W, bool Pro = false, int R = H2Fmt<B>::R, int NW = qmv_h2_groups<W>,
+template <typename T, int B, int W, int Pro = kPlainX, int R = H2Fmt<B>::R, int NW = qmv_h2_groups<W>,
           int S = kQmvH2Stages, bool Spread = false, bool Prime = false>
 MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& sr, const RmsPro* pro = nullptr,
-                        const RmsProShape* ps = nullptr) {
+                        const RmsProShape* ps = nullptr, const GluPro* glu = nullptr) {
   const int lane = wave_lane<W>(), wave = wave_index<W>();
   const unsigned M = (unsigned)a.m;
   const unsigned m = blockIdx.x % M;
@@ -616,8 +668,12 @@ MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& 
     const QmvBatch<T, T> q = qmv_batch<T, T, true>(a, b);
     // the prologue's y in shared memory (a generic pointer: qmv's float path reads it too)
     T* ys = (T*)((char*)xs + qmv_h2_pro_offset(nch));
-    const T* xb = Pro ? ys : q.x + m * a.x_row;
-    const bool xvec = Pro || (a.x_vec && aligned(xb, 16));
+    const T* xb = Pro == kRmsX ? ys : Pro == kGluX ? (const T*)xs : q.x + m * a.x_row;
+    const bool xvec = Pro != kPlainX || (a.x_vec && aligned(xb, 16));
+    // the SwiGLU's operands in 16-byte loads; block (0, 0) stores its output (later nodes read it)
+    const bool gvec = Pro == kGluX && aligned(glu->gate, 16) && aligned(glu->up, 16) && aligned(glu->out, 16);
+    T* gstore = Pro == kGluX && blockIdx.x == 0 && blockIdx.y == 0 ? (T*)glu->out : nullptr;
+    bool raw = false;   // (kGluX) xs holds x's row as T, not the staged x
     // a ring of S chunks' loads: S - 1 in flight while one is summed (indices are constants
     // once the stage loop unrolls, so the ring stays in registers)
     H2Load<T, B, R> L[S];
@@ -651,19 +707,35 @@ MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& 
         qmv_h2_load<T, B, R>(L[st], rows, o, cs < nch ? cs : last);
       }
       if (!staged) {   // the first row block's loads fly while x is made (Pro) and staged
-        if constexpr (Pro) rms_prologue<T, W>(ys, *pro, *ps, nch * 32u);
+        if constexpr (Pro == kRmsX) rms_prologue<T, W>(ys, *pro, *ps, nch * 32u);
         if (threadIdx.x == 0) bad = 0;
         sync_block();
         bool fin = true;
-        for (uint32_t i = threadIdx.x; i < nch; i += blockDim.x) fin &= qmv_h2_stage<T, B>(xs, nch, i, xb + i * 32, xvec);
+        for (uint32_t i = threadIdx.x; i < nch; i += blockDim.x) {
+          float v[32];
+          if constexpr (Pro == kGluX) glu_values<T>(v, *glu, i * 32u, gvec, gstore);
+          else qmv_h2_read<T>(v, xb + i * 32, xvec);
+          fin &= qmv_h2_stage<B>(xs, nch, i, v);
+        }
         if (!fin) bad = 1;
         sync_block();
         staged = true;
       }
+      if constexpr (Pro == kGluX) {
+        if ((bad || !wvec) && !raw) {   // block-uniform: the float path reads x's row as T
+          sync_block();
+          for (uint32_t i = threadIdx.x; i < nch; i += blockDim.x) {
+            float v[32];
+            glu_values<T>(v, *glu, i * 32u, gvec, (T*)xs);
+          }
+          sync_block();
+          raw = true;
+        }
+      }
       float acc[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-      if (bad || !wvec) {
+      if (bad || !wvec || raw) {
         // qmv's float path, RF rows a pass (AMD: one, the rare path's registers would
         // otherwise set the kernel's and spill on gfx1151/gfx12)
         constexpr int RF = MLXA_PLATFORM_NVIDIA ? R : 1;
@@ -1284,7 +1356,12 @@ MLXA_DEVICE void qdq(const QdqArgs& a) {
 #define MLXA_QMV_H2N(name, T, B, W)                                                     \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(mlxa::q::kQmvH2Threads, 2)                     \
   name(RmsPro p, QmvSibs s, QmvArgs a, QmvSibRows r, RmsProShape ps) {                   \
-    MLXA_WAVE_KERNEL_BODY(W, (mlxa::q::qmv_h2<T, B, W, true>(s, a, r, &p, &ps)))          \
+    MLXA_WAVE_KERNEL_BODY(W, (mlxa::q::qmv_h2<T, B, W, mlxa::q::kRmsX>(s, a, r, &p, &ps)))  \
+  }
+#define MLXA_QMV_H2G(name, T, B, W)                                                      \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(mlxa::q::kQmvH2Threads, 2)                     \
+  name(GluPro p, QmvSibs s, QmvArgs a, QmvSibRows r) {                                   \
+    MLXA_WAVE_KERNEL_BODY(W, (mlxa::q::qmv_h2<T, B, W, mlxa::q::kGluX>(s, a, r, nullptr, nullptr, &p))) \
   }
 #define MLXA_QMV_MMA(name, T, G)                                                           \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::q::kQmvMmaThreads) name(QmvArgs a) { mlxa::q::qmv_mma<T, G>(a); }

@@ -122,6 +122,9 @@ def main():
     ap.add_argument("--chains-ab", type=int, default=0, metavar="ROUNDS",
                     help="as --siblings-ab with only the chains (residual add + RMS norm with the "
                          "projections after it) switched")
+    ap.add_argument("--glu-ab", type=int, default=0, metavar="ROUNDS",
+                    help="as --siblings-ab with only the SwiGLU pairs (the compiled swiglu with "
+                         "the quantized down projection) switched")
     ap.add_argument("--phases", action="store_true",
                     help="also time the evaluator's phases of the pipelined steps (ms per step, "
                          "in 'phases_ms'; the timers add a little to queue)")
@@ -205,17 +208,21 @@ def main():
             rows[m].append(r)
         print(json.dumps({"shape": a.shape, "bits": a.bits, **rows}), flush=True)
         return
-    if a.siblings_ab or a.twins_ab or a.chains_ab:
+    n_ab = a.siblings_ab or a.twins_ab or a.chains_ab or a.glu_ab
+    if n_ab:
         from mlx_amd.runtime import evaluator as E
         from mlx_amd.runtime.context import get_runtime
 
         ev = get_runtime().evaluator
         pairs = E.pair_table(E.DISPATCH)
         on = (E.sibling_table(E.DISPATCH), pairs, E.twin_table(E.DISPATCH), E.chain_table(E.DISPATCH, pairs))
-        off = (on[:2] + ({}, on[3]) if a.twins_ab else on[:3] + ({},) if a.chains_ab else ({}, {}, {}, {}))
+        no_glu = {k: v for k, v in pairs.items() if k[0] != "Compiled"}
+        off = (on[:2] + ({}, on[3]) if a.twins_ab else on[:3] + ({},) if a.chains_ab
+               else (on[0], no_glu) + on[2:] if a.glu_ab else ({}, {}, {}, {}))
+        switched = ("twins" if a.twins_ab else "chains" if a.chains_ab else "glu" if a.glu_ab else "siblings")
         tables = {"off": off, "on": on}
         rows = {"off": [], "on": []}
-        for _ in range(a.siblings_ab or a.twins_ab or a.chains_ab):
+        for _ in range(n_ab):
             for mode in ("off", "on"):
                 E.SIBLINGS, E.PAIRS, E.TWINS, E.CHAINS = tables[mode]
                 ev.drop_programs()
@@ -226,7 +233,7 @@ def main():
                     mx.eval(y)
                 y, r = pipelined(y, a.steps)
                 rows[mode].append(r["tok_s"])
-        print(json.dumps({"shape": a.shape, "bits": a.bits, "switched": "twins" if a.twins_ab else "chains" if a.chains_ab else "siblings",
+        print(json.dumps({"shape": a.shape, "bits": a.bits, "switched": switched,
                           "tok_s": rows,
                           "median": {m: statistics.median(v) for m, v in rows.items()}}), flush=True)
         return

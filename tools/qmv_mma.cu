@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(128) qmv_pkg_mma(QmvArgs a) { mlxa::q::qmv_mma
 // would live in local memory).
 template <int R, int NW, int S = 2, int MINB = 2, bool SPREAD = false, bool PRIME = false>
 __global__ void __launch_bounds__(NW * 32, MINB) qmv_h2_k(QmvSibs s, QmvArgs a, QmvSibRows r) {
-  mlxa::q::qmv_h2<bf, 4, 32, false, R, NW, S, SPREAD, PRIME>(s, a, r);
+  mlxa::q::qmv_h2<bf, 4, 32, mlxa::q::kPlainX, R, NW, S, SPREAD, PRIME>(s, a, r);
 }
 #ifdef QMV_H2_OLD
 // An earlier qmv_h2 for an A/B in one run: QMV_H2_OLD names a copy of an older quantized.hip

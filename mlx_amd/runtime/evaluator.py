@@ -592,8 +592,10 @@ class Evaluator:
             if prim in SIBLINGS and ins:
                 by_key.setdefault((prim, params, key_of(ins[0])), []).append(i)
             if PAIRS and ins and ins[0] in made:
-                fam = PAIRS.get((nodes[made[ins[0]]][0], prim))
-                if fam is not None:
+                first = nodes[made[ins[0]]]
+                fam = PAIRS.get((first[0], prim))
+                # (a family may take only some nodes of a primitive as a pair's first: pair_ok)
+                if fam is not None and (not hasattr(fam, "pair_ok") or fam.pair_ok(first, nodes[i])):
                     pairs.append((made[ins[0]], i, fam))
             if prim in TWINS:
                 twin_nodes.setdefault((prim, params), []).append(i)

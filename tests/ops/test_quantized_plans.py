@@ -42,7 +42,8 @@ def test_arg_structs_match_header(tmp_path):
         ' sizeof(QuantizeArgs), offsetof(QuantizeArgs, group_size), sizeof(Fp8Args));'
         ' printf("%zu %zu\\n", sizeof(QdqArgs), offsetof(QdqArgs, groups));'
         ' printf("%zu %zu %d\\n", sizeof(QmvSibs), sizeof(QmvSibRows), MLXA_QSIBS);'
-        ' printf("%zu %zu %zu\\n", sizeof(RmsPro), offsetof(RmsPro, out), sizeof(RmsProShape));}\n')
+        ' printf("%zu %zu %zu\\n", sizeof(RmsPro), offsetof(RmsPro, out), sizeof(RmsProShape));'
+        ' printf("%zu %zu\\n", sizeof(GluPro), offsetof(GluPro, out));}\n')
     exe = tmp_path / "s"
     subprocess.run(["g++", "-std=c++17", "-I", os.path.join(REPO, "hip_kernels", "include"), str(src), "-o", str(exe)],
                    check=True)
@@ -50,14 +51,14 @@ def test_arg_structs_match_header(tmp_path):
     assert got == [Q.ARG_STRUCTS["QmvArgs"][1], 56, 136, 168, 168 + 8 * 32,
                    Q.ARG_STRUCTS["DequantArgs"][1], 80, 88 + 3 * 32, Q.ARG_STRUCTS["QuantizeArgs"][1], 40,
                    Q.ARG_STRUCTS["Fp8Args"][1], Q.ARG_STRUCTS["QdqArgs"][1], 16,
-                   8 * 4 * Q.QSIBS, 8 * Q.QSIBS, Q.QSIBS, 40, 32, N._PRO_SHAPE.size]
+                   8 * 4 * Q.QSIBS, 8 * Q.QSIBS, Q.QSIBS, 40, 32, N._PRO_SHAPE.size, 24, 16]
 
 
 def test_kernel_table_is_lean_and_names_planned_kernels():
     names = set(kt.kernel_names("quantized"))
-    # qmv, dequant, quantize, fp8, qmv_mma (2 dtypes x 3 groups), qmv_h2 and qmv_h2n (3 widths x
-    # 2 dtypes x 2 waves each), qdq (3 fp modes x 3 dtypes)
-    assert len(names) == 9 * 3 * 2 + 9 * 3 + 6 * 3 + 2 * 3 + 2 * 3 + 2 * 3 * 2 * 2 + 3 * 3
+    # qmv, dequant, quantize, fp8, qmv_mma (2 dtypes x 3 groups), qmv_h2, qmv_h2n and qmv_h2g (3
+    # widths x 2 dtypes x 2 waves each), qdq (3 fp modes x 3 dtypes)
+    assert len(names) == 9 * 3 * 2 + 9 * 3 + 6 * 3 + 2 * 3 + 2 * 3 + 3 * 3 * 2 * 2 + 3 * 3
     for fmt in kt.table("quantized").FORMATS:
         for dt in Q.DTYPES:
             assert kt.table("quantized").qmv_name(kt, fmt, dt, 64) in names
@@ -447,6 +448,103 @@ def test_rms_chain_only_where_one_launch_serves():
     big = _chain_nodes(K=8192, rows=(32,))      # 8192 values: 18 KB staged + 16 KB row, of 40 KB
     assert Q.plan_siblings(big, dev) is not None
     assert Q.plan_siblings(_chain_nodes(K=10240, rows=(32,)), dev) is None   # 23 + 20 KB
+
+
+def _tape(fn, *arrays):
+    """The tape description of fn's largest Compiled node as the bridge gives it (shapeless)."""
+    from mlx_amd.runtime import bridge
+
+    mx.eval(list(arrays))
+    y = mx.compile(fn, shapeless=True)(*arrays)
+    cs = [n for n in bridge.Graph([y]).nodes if n[0] == "Compiled"]
+    return max(cs, key=lambda n: len(n[1][2]))[1]    # the largest (nn's activations compile apart)
+
+
+def test_swiglu_gate_recognises_the_tape_and_nothing_else():
+    """compiled.swiglu_gate: which input is the gate of silu(gate) * up, in any order of the
+    products (mlx-lm's swiglu, nn.silu, the sigmoid written out); None for another activation,
+    an extra op, a shared operand, float32 or a constant."""
+    import mlx.nn as nn
+
+    from mlx_amd.runtime.ops import compiled as C
+
+    def gate_ok(tape):   # the index names the input the sigmoid reads (MLX orders the inputs)
+        i = C.swiglu_gate(tape)
+        return i is not None and tape[1][i][0] == next(n[2][0] for n in tape[2] if n[0] == "Sigmoid")
+
+    a, b = mx.ones((1, 1, 64), mx.bfloat16), mx.ones((1, 1, 64), mx.bfloat16)
+    assert gate_ok(_tape(lambda g, u: nn.silu(g) * u, a, b))
+    assert gate_ok(_tape(lambda u, g: u * (g * mx.sigmoid(g)), a, b))
+    assert gate_ok(_tape(lambda g, u: mx.sigmoid(g) * g * u, a.astype(mx.float16), b.astype(mx.float16)))
+    try:
+        from mlx_lm.models.activations import swiglu
+    except ImportError:
+        swiglu = None
+    if swiglu is not None:
+        assert gate_ok(_tape(lambda g, u: swiglu(g, u), a, b))
+    for fn in (lambda g, u: nn.gelu_approx(g) * u, lambda g, u: nn.silu(g) * u + 1,
+               lambda g, u: nn.silu(g) * g, lambda g, u: nn.silu(u) * nn.silu(g),
+               lambda g, u: mx.sigmoid(g) * u * u):
+        assert C.swiglu_gate(_tape(fn, a, b)) is None
+    assert C.swiglu_gate(_tape(lambda g, u: nn.silu(g) * u, a.astype(mx.float32), b.astype(mx.float32))) is None
+    assert C.swiglu_gate(_tape(lambda g: nn.silu(g) * 2.0, a)) is None
+    assert C.swiglu_gate(("not", "a", "tape")) is None
+
+
+def _glu_nodes(K=512, N=96, dt="bfloat16", bits=4, gs=64, lead=(1, 1), gate=0):
+    """[Compiled swiglu, QuantizedMatmul of its output] as the evaluator hands the pair to
+    plan_siblings (the projection's x is made by the group: row-major)."""
+    import mlx.nn as nn
+
+    h = Layout.row_major(lead + (K,), dt)
+    a = mx.ones(lead + (K,), getattr(mx, dt))
+    tape = _tape(lambda g, u: nn.silu(g) * u, a, mx.zeros(lead + (K,), getattr(mx, dt)))
+    if gate == 1:   # the node's inputs in the other order (MLX orders them as the trace meets them)
+        tape = (tape[0], tape[1][::-1]) + tape[2:]
+    c = Node("Compiled", tape, (h, h), (h,))
+    wq, sc, bi = quantized((N, K), gs, bits, "affine", seed=3)
+    q = _qmm_node(np.zeros(lead + (K,), np.float32), dt, np.array(wq), np_of(sc), np_of(bi), gs, bits, 0, True,
+                  lead + (N,))[0]
+    return [c, q]
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("gate", [0, 1])
+def test_swiglu_pair_plan(dt, bits, gate):
+    """A compiled swiglu and the projection of its output: one qmv_h2g launch whose pointers
+    are the gate, the up and the swiglu's output, then the projection's qmv_h2 launch
+    renumbered after the pair's two inputs and one output; tail, grid, block and shared
+    memory the projection's own (the raw row of the float path fits in the staged x's)."""
+    nodes = _glu_nodes(dt=dt, bits=bits, gate=gate)
+    plan = Q.plan_siblings(nodes, H2Dev())
+    alone = Q.plan_node(nodes[1], H2Dev())
+    assert plan is not None and len(plan.steps) == 1 and not plan.temps and not plan.donate
+    (lau,), (sub,) = plan.steps, alone.steps
+    assert lau.kernel == f"quantized_qmv_h2g_a{bits}_{dt}_{dt}_w32" and sub.kernel == f"quantized_qmv_h2_a{bits}_{dt}_{dt}_w32"
+    assert lau.n_ptrs == 3 + sub.n_ptrs
+    assert lau.refs[:3] == (Q.inp(gate), Q.inp(1 - gate), Q.out(0))
+    assert lau.refs[3:] == tuple(r._replace(index=r.index + (2 if r.kind == "i" else 1)) for r in sub.refs)
+    assert (lau.tail, lau.grid, lau.block, lau.shared_mem) == (sub.tail, sub.grid, sub.block, sub.shared_mem)
+    assert lau.shared_mem >= 512 * 2
+    assert lau.kernel in kt.kernel_names("quantized")
+    from mlx_amd.runtime.ops import compiled as C
+    assert Q.pair_ok(("Compiled", nodes[0].params, (), ()), None)
+    assert not Q.pair_ok(("Compiled", _tape(lambda g, u: g * u + 1, mx.ones((4,)), mx.ones((4,))), (), ()), None)
+    assert Q.pair_ok(("Add", (), (), ()), None) and C.swiglu_gate(nodes[0].params) == gate
+
+
+def test_swiglu_pair_only_where_one_launch_serves():
+    """plan_siblings declines the pair (None: the swiglu and the projection run apart) for
+    more than one row, float32, a projection qmv_h2 does not take (3 bits), or operands that
+    are not the product's shape."""
+    dev = H2Dev()
+    assert Q.plan_siblings(_glu_nodes(), dev) is not None
+    assert Q.plan_siblings(_glu_nodes(lead=(1, 2)), dev) is None
+    assert Q.plan_siblings(_glu_nodes(bits=3), dev) is None
+    c, q = _glu_nodes()
+    half = Layout.row_major((1, 1, 256), "bfloat16")
+    assert Q.plan_siblings([Node(c.prim, c.params, (c.ins[0], half), c.outs), q], dev) is None
 
 
 @pytest.mark.parametrize("why", ["float32", "3 bits", "6 bits", "k past shared memory", "switched off",

@@ -556,6 +556,10 @@ def _grouping_evaluator(monkeypatch, on, graphs, tables):
     make = {"SIBLINGS": E.sibling_table, "PAIRS": E.pair_table, "TWINS": E.twin_table,
             "CHAINS": lambda d: E.chain_table(d, E.pair_table(d))}
     for t in tables:
+        if t == "GLU":   # the SwiGLU pairs alone (the Add + RMSNorm pairs stay)
+            monkeypatch.setattr(E, "PAIRS", {k: v for k, v in E.pair_table(E.DISPATCH).items()
+                                             if on or k[0] != "Compiled"})
+            continue
         monkeypatch.setattr(E, t, make[t](E.DISPATCH) if on else {})
     rt, _ = make_runtime(compute_units=132)
     ev = rt.evaluator
@@ -788,23 +792,31 @@ def test_twin_cache_writes_run_as_one_launch_and_move_in_replays(monkeypatch, gr
 
 @pytest.mark.parametrize("table,shape,bits,per_layer", [("TWINS", "tiny", 0, 2), ("TWINS", "qwen3-tiny", 0, 3),
                                                         ("CHAINS", "tiny", 4, 2), ("CHAINS", "qwen3-tiny", 8, 2),
-                                                        ("CHAINS", "tiny", 0, 2), ("CHAINS", "qwen3-tiny", 0, 2)])
+                                                        ("CHAINS", "tiny", 0, 2), ("CHAINS", "qwen3-tiny", 0, 2),
+                                                        ("GLU", "tiny", 4, None), ("GLU", "qwen3-tiny", 8, None),
+                                                        ("GLU", "tiny", 0, 0)])
 def test_grouping_in_a_decode_step(monkeypatch, table, shape, bits, per_layer):
     """mlx-lm's own decode step (random weights): with the twins on, each layer launches
     `per_layer` fewer kernels (Llama: q/k RoPE and k/v cache writes; Qwen 3: also its q/k
     norms, which then let the RoPE twins form); with the chains on, two fewer (each
     residual add + RMS norm goes into the projections after it, quantized or dense: the first
-    layer's input norm has no add, the final norm and the head make up for it); in replays
-    too, and no more nodes go back to Python in replays than without them."""
+    layer's input norm has no add, the final norm and the head make up for it); with the
+    SwiGLU pairs on, the swiglu's own launches fewer for quantized weights (per_layer None:
+    one where the runtime compiles it into one kernel, three node by node, as here without a
+    run-time compiler; it goes into the down projection; dense: none); in replays too, and no
+    more nodes go back to Python in replays than without them."""
     from mlx_lm.models.cache import make_prompt_cache
     from profile_engine import null_counts
 
     from mlx_amd import fastops, llm
     from mlx_amd.runtime import context
 
+    from mlx_amd.runtime.ops import compiled
+
     fastops.install()
     saved = context._runtime
     launches, python_nodes = {}, {}
+    compiled.STATS.clear()
     try:
         for on in (False, True):
             if table == "CHAINS" and not bits:   # dense chains are opt-in: on for this test
@@ -828,5 +840,7 @@ def test_grouping_in_a_decode_step(monkeypatch, table, shape, bits, per_layer):
         fastops.uninstall()
         context._runtime = saved
     layers = len(model.layers)
+    if per_layer is None:   # the swiglu's launches alone (it was planned alone with the pairs off)
+        per_layer = 1 if compiled.STATS["fused"] else 3
     assert [a - b for a, b in zip(launches[False], launches[True])] == [per_layer * layers] * 6, launches
     assert python_nodes[True] == python_nodes[False], python_nodes

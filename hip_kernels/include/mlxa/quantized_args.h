@@ -70,6 +70,16 @@ struct QmvSibRows {
 // qmv_h2n, qmv_h2 with an RMS norm prologue (norm_args.h: RmsPro): the kernel takes (RmsPro,
 // QmvSibs, QmvArgs, QmvSibRows, RmsProShape), the pointers first; one row of x, batch 1.
 
+// qmv_h2g, qmv_h2 whose x is a SwiGLU's silu(gate) * up (mlx-lm's compiled swiglu before a
+// down projection), made as x is staged: the kernel takes (GluPro, QmvSibs, QmvArgs,
+// QmvSibRows); gate, up and out are rows of k values (one row of x, batch 1, no siblings).
+// Block (0, 0) also stores the product in out (the Compiled node's output).
+struct GluPro {
+  const void* gate;
+  const void* up;
+  void* out;
+};
+
 // Dequantize rows of packed w into a row-contiguous (batch, rows, cols) array of the
 // compute dtype: chunk c of row r decodes into out[r][c * CV ...]. Batches (row / rows)
 // are decomposed over shape/strides (w in words, scales and biases in elements).

@@ -79,6 +79,47 @@ def _norm(p):
     return p if isinstance(p, tuple) else (() if p is None else (p,))
 
 
+def swiglu_gate(params):
+    """The input (0 or 1) that is the gate when the tape is silu(gate) * up and nothing else
+    (mlx-lm's compiled swiglu: a sigmoid, the gate times it, that times up; Broadcasts aside)
+    on two distinct non-constant 16-bit float inputs of one dtype with one output; else None.
+    The quantized family makes that product as its down projection stages x (qmv_h2g)."""
+    try:
+        tape = parse(params)
+    except Unsupported:
+        return None
+    if len(tape.inputs) != 2 or len(tape.outputs) != 1 or any(c for _, c in tape.inputs):
+        return None
+    dts = {a[1] for a in tape.arrays}
+    if len(dts) != 1 or not dts <= {"float16", "bfloat16"}:
+        return None
+    alias = {}
+
+    def real(i):
+        while i in alias:
+            i = alias[i]
+        return i
+
+    ops = []
+    for prim, _p, ins, outs in tape.nodes:
+        if len(outs) != 1 or not ins:
+            return None
+        if prim == "Broadcast":
+            alias[outs[0]] = ins[0]
+        else:
+            ops.append((prim, tuple(real(i) for i in ins), outs[0]))
+    if [o[0] for o in ops] != ["Sigmoid", "Multiply", "Multiply"]:
+        return None
+    (_, gs, s), (_, m1, t), (_, m2, y) = ops
+    ids = [i for i, _ in tape.inputs]
+    if len(gs) != 1 or len(m1) != 2 or len(m2) != 2 or sorted(m1) != sorted((gs[0], s)) or t not in m2:
+        return None
+    g, u = gs[0], (m2[1] if m2[0] == t else m2[0])
+    if y != real(tape.outputs[0]) or g not in ids or u not in ids or g == u:
+        return None
+    return ids.index(g)
+
+
 # ---------------------------------------------------------------- C types
 CTYPE = {
     "bool": "bool", "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",

@@ -52,8 +52,10 @@ import struct
 
 from .. import kernel_table as kt
 from .. import matrix_units
+from .. import plan as _plan
 from ..launch import Launch
 from ..plan import Layout, Memset, Plan, compute_units, dynamic_smem, embed, inp, ksplit, out, tmp, wave_width
+from . import compiled
 from . import copy as copy_family
 from . import elementwise as ew
 
@@ -82,6 +84,9 @@ QSIBS = 2                                   # MLXA_QSIBS
 SIBLINGS = ("QuantizedMatmul",)
 # ... and with the residual add and RMS norm before them as one qmv_h2n launch (chain)
 CHAINS_AFTER = {("Add", "mlx_amd::RMSNorm"): ("QuantizedMatmul",)}
+# ... and a SwiGLU (mlx-lm's compiled swiglu) with the down projection reading it as one
+# qmv_h2g launch (pair: pair_ok picks the Compiled nodes that are one); MLX_AMD_GLU=0: off
+PAIRS_AFTER = {"Compiled": ("QuantizedMatmul",)} if os.environ.get("MLX_AMD_GLU", "1") != "0" else {}
 _DEQ_TAIL = struct.Struct("<6q2i16q")      # after the 4 pointers
 _QUANT_TAIL = struct.Struct("<q2i")        # after the 4 pointers
 _FP8_TAIL = struct.Struct("<q")            # after the 2 pointers
@@ -495,6 +500,8 @@ def plan_siblings(nodes, device):
     one batch, x read in place; else None (each runs alone)."""
     if nodes and nodes[0].prim == "Add":
         return _plan_rms_chain(nodes, device)
+    if nodes and nodes[0].prim == "Compiled":
+        return _plan_glu(nodes, device)
     ps = [_problem(n, gather=False) for n in nodes]
     if len(ps) < 2 or len(ps) > 1 + QSIBS or any(p is None for p in ps):
         return None
@@ -540,6 +547,42 @@ def _plan_rms_chain(nodes, device):
     if smem > dynamic_smem(device, QMV_H2_STATIC_SMEM):
         return None
     return Plan((norm.with_prologue(head, lau, t.qmv_h2n_name(kt, bits, dt, W), smem),))
+
+
+def pair_ok(first, second) -> bool:
+    """Whether the evaluator pairs graph nodes (prim, params, ins, outs) ``first`` and ``second``
+    (PAIRS_AFTER) at all: a Compiled node only when it is a SwiGLU (a pair keeps its second
+    from sibling groups, so other Compiled nodes stay out)."""
+    return first[0] != "Compiled" or compiled.swiglu_gate(first[1]) is not None
+
+
+def _plan_glu(nodes, device):
+    """[Compiled SwiGLU, QuantizedMatmul of its output] (mlx-lm's MLP: down_proj(swiglu(gate,
+    up))) as one qmv_h2g launch: each block makes x = silu(gate) * up as it stages it (no
+    separate elementwise launch, x not read back), block (0, 0) stores the product (the
+    Compiled node's output). A decode row only (one row of x, no batch) where the projection
+    alone is one qmv_h2 launch; else None (the two run as before)."""
+    c, qn = nodes
+    gi = compiled.swiglu_gate(c.params)
+    if gi is None or len(c.ins) != 2 or len(c.outs) != 1:
+        return None
+    y, dt = c.outs[0], c.outs[0].dtype
+    p = _problem(qn, gather=False)
+    if p is None or p.x.shape != y.shape or p.x.dtype != dt or y.size != p.K or p.M != 1:
+        return None
+    if any(lay.dtype != dt or lay.shape != y.shape or not lay.row_contiguous for lay in c.ins):
+        return None
+    sub = _plan_qmv(p, device)
+    if sub is None or len(sub.steps) != 1 or sub.temps:
+        return None
+    (lau,) = sub.steps
+    t = _table()
+    bits, W = p.fmt.bits, wave_width(device)
+    if lau.kernel != t.qmv_h2_name(kt, bits, dt, W):
+        return None
+    refs = (inp(gi), inp(1 - gi), out(0)) + _plan.regroup(lau.refs, len(c.ins), len(c.outs))
+    return Plan((Launch(lau.family, t.qmv_h2g_name(kt, bits, dt, W), lau.grid, lau.block, lau.shared_mem,
+                        3 + lau.n_ptrs, lau.tail, refs),))
 
 
 def _pro_offset(chunks: int) -> int:
