@@ -546,41 +546,13 @@ MLXA_DEVICE float glu_sigmoid(float x) {
   return x < 0.0f ? y : 1.0f - y;
 }
 
-// The 32 values of x at offset off made by the SwiGLU prologue (quantized_args.h: GluPro):
-// silu(gate) * up rounded to T after each op as mlx-lm's compiled swiglu rounds them
-// (sigmoid, gate times it, times up); into v as floats and, when row is set, as T there.
+// silu(g) * u of two T values rounded to T after each op as mlx-lm's compiled swiglu rounds
+// them (the sigmoid, g times it, that times u): the Compiled node qmv_h2's GLU epilogue replaces.
 template <typename T>
-MLXA_DEVICE void glu_values(float* v, const GluPro& p, uint32_t off, bool vec, T* row) {
-  constexpr int XV = 16 / sizeof(T);
-  const T* g = (const T*)p.gate + off;
-  const T* u = (const T*)p.up + off;
-#pragma unroll
-  for (int j = 0; j < 32 / XV; ++j) {
-    Vec<T, XV> gv, uv, y;
-    if (vec) {
-      gv = ((const Vec<T, XV>*)g)[j];
-      uv = ((const Vec<T, XV>*)u)[j];
-    } else {
-#pragma unroll
-      for (int t = 0; t < XV; ++t) gv.v[t] = g[j * XV + t], uv.v[t] = u[j * XV + t];
-    }
-#pragma unroll
-    for (int t = 0; t < XV; ++t) {
-      const float gf = (float)widen(gv.v[t]);
-      const float sg = (float)widen(cast<T>(glu_sigmoid(gf)));
-      const float sl = (float)widen(cast<T>(gf * sg));
-      y.v[t] = cast<T>(sl * (float)widen(uv.v[t]));
-      v[j * XV + t] = (float)widen(y.v[t]);
-    }
-    if (row != nullptr) {
-      if (vec) {
-        ((Vec<T, XV>*)(row + off))[j] = y;
-      } else {
-#pragma unroll
-        for (int t = 0; t < XV; ++t) row[off + j * XV + t] = y.v[t];
-      }
-    }
-  }
+MLXA_DEVICE T glu_of(T g, T u) {
+  const float gf = (float)widen(g);
+  const float sl = (float)widen(cast<T>(gf * (float)widen(cast<T>(glu_sigmoid(gf)))));
+  return cast<T>(sl * (float)widen(u));
 }
 
 // Stage chunk c of x (its 32 values in v) as H2Fmt's half2 pairs; false if x there is not finite.
@@ -627,11 +599,12 @@ struct H2Seg {
   long long first, rows;
 };
 
-// Where qmv_h2's x comes from (m == 1 and batch 1 but for kPlainX): read (QmvArgs' x); the RMS
-// norm prologue's row in shared memory (mlxa/norm_prologue.h: qmv_h2n); made chunk by chunk
-// from the gate and up of a SwiGLU while it is staged (GluPro: qmv_h2g, no siblings), its raw
-// row put over the staged x only when the float path needs it (x not finite, w unaligned).
-enum : int { kPlainX = 0, kRmsX = 1, kGluX = 2 };
+// Where qmv_h2's x comes from: read (QmvArgs' x), or the RMS norm prologue's row in shared
+// memory (mlxa/norm_prologue.h: qmv_h2n; m == 1, batch 1).
+enum : int { kPlainX = 0, kRmsX = 1 };
+// Glu: the GLU epilogue (quantized_args.h: QmvGlu; qmv_h2g, qmv_h2ng): the matrix and its one
+// sibling are an MLP's gate and up of equal rows; a block takes row block j of both, one after
+// the other, and also stores silu(gate) * up of its rows (the swiglu node after them).
 // Two variants for the per-launch cost (session 29; instantiated only by tools/qmv_mma.cu,
 // not yet timed on a GPU, so the package keeps both off):
 // Spread (k split 1, at least one row group a wave): each wave takes every (NW * blocks)-th
@@ -642,9 +615,10 @@ enum : int { kPlainX = 0, kRmsX = 1, kGluX = 2 };
 //   all of a lane's chunks: one DRAM latency a row block, not two), each stage refilled once
 //   summed.
 template <typename T, int B, int W, int Pro = kPlainX, int R = H2Fmt<B>::R, int NW = qmv_h2_groups<W>,
-          int S = kQmvH2Stages, bool Spread = false, bool Prime = false>
+          int S = kQmvH2Stages, bool Spread = false, bool Prime = false, bool Glu = false>
 MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& sr, const RmsPro* pro = nullptr,
-                        const RmsProShape* ps = nullptr, const GluPro* glu = nullptr) {
+                        const RmsProShape* ps = nullptr, T* glu_out = nullptr) {
+  static_assert(!(Glu && Spread), "the GLU epilogue takes whole row blocks");
   const int lane = wave_lane<W>(), wave = wave_index<W>();
   const unsigned M = (unsigned)a.m;
   const unsigned m = blockIdx.x % M;
@@ -660,7 +634,8 @@ MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& 
                         (N2 + block_rows - 1) / block_rows;
   const long long nblk = gridDim.x / M;
   // units of work: row blocks of the block, or (Spread) row groups of the wave
-  const long long unit_rows = Spread ? R : block_rows, nunits = Spread ? nrb * (NW / ks) : nrb;
+  const long long unit_rows = Spread ? R : block_rows;
+  const long long nunits = Spread ? nrb * (NW / ks) : Glu ? (N0 + block_rows - 1) / block_rows : nrb;
   const long long u0 = Spread ? wave * nblk + blockIdx.x / M : blockIdx.x / M;
   const long long ustep = Spread ? NW * nblk : nblk;
   const uint32_t c0 = (uint32_t)(lane + kpart * W);
@@ -668,128 +643,127 @@ MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& 
     const QmvBatch<T, T> q = qmv_batch<T, T, true>(a, b);
     // the prologue's y in shared memory (a generic pointer: qmv's float path reads it too)
     T* ys = (T*)((char*)xs + qmv_h2_pro_offset(nch));
-    const T* xb = Pro == kRmsX ? ys : Pro == kGluX ? (const T*)xs : q.x + m * a.x_row;
-    const bool xvec = Pro != kPlainX || (a.x_vec && aligned(xb, 16));
-    // the SwiGLU's operands in 16-byte loads; block (0, 0) stores its output (later nodes read it)
-    const bool gvec = Pro == kGluX && aligned(glu->gate, 16) && aligned(glu->up, 16) && aligned(glu->out, 16);
-    T* gstore = Pro == kGluX && blockIdx.x == 0 && blockIdx.y == 0 ? (T*)glu->out : nullptr;
-    bool raw = false;   // (kGluX) xs holds x's row as T, not the staged x
+    const T* xb = Pro == kRmsX ? ys : q.x + m * a.x_row;
+    const bool xvec = Pro == kRmsX || (a.x_vec && aligned(xb, 16));
     // a ring of S chunks' loads: S - 1 in flight while one is summed (indices are constants
     // once the stage loop unrolls, so the ring stays in registers)
     H2Load<T, B, R> L[S];
     bool staged = false;
 #pragma unroll 1
     for (long long u = u0; u < nunits; u += ustep) {
-      long long grow = u * unit_rows;   // the unit's first row over the three matrices
       const long long e1 = (N0 + block_rows - 1) / block_rows * block_rows;
       const long long e2 = e1 + (N1 + block_rows - 1) / block_rows * block_rows;
-      const H2Seg<T> sg = grow < e1 ? H2Seg<T>{q.w, q.s, q.b, (T*)a.out + (b * M + m) * N0, 0, N0}
-                        : grow < e2 ? H2Seg<T>{(const uint32_t*)sib.w[0], (const T*)sib.scales[0],
-                                               (const T*)sib.biases[0], (T*)sib.out[0] + m * N1, e1, N1}
-                                    : H2Seg<T>{(const uint32_t*)sib.w[1], (const T*)sib.scales[1],
-                                               (const T*)sib.biases[1], (T*)sib.out[1] + m * N2, e2, N2};
-      const long long N = sg.rows;
-      const bool wvec = a.w_vec && aligned(sg.w, chunk_align<B>());
-      const QmvRows<T, T> rows{sg.w, sg.s, sg.b, xb, a.w_row, a.s_row, a.b_row, a.group_shift, wvec, xvec};
-      const long long row0 = grow - sg.first + (Spread ? 0 : (long long)(wave / ks) * R);
-      // rows past the end read the last row (valid memory); their sums are never stored
-      H2Rows<R> o;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const uint32_t n = (uint32_t)(row0 + r < N ? row0 + r : N - 1);
-        o.w[r] = n * (uint32_t)a.w_row;
-        o.s[r] = n * (uint32_t)a.s_row;
-        o.b[r] = n * (uint32_t)a.b_row;
-      }
-#pragma unroll
-      for (int st = 0; st < (Prime ? S : S - 1); ++st) {
-        const uint32_t cs = c0 + st * step;
-        qmv_h2_load<T, B, R>(L[st], rows, o, cs < nch ? cs : last);
-      }
-      if (!staged) {   // the first row block's loads fly while x is made (Pro) and staged
-        if constexpr (Pro == kRmsX) rms_prologue<T, W>(ys, *pro, *ps, nch * 32u);
-        if (threadIdx.x == 0) bad = 0;
-        sync_block();
-        bool fin = true;
-        for (uint32_t i = threadIdx.x; i < nch; i += blockDim.x) {
-          float v[32];
-          if constexpr (Pro == kGluX) glu_values<T>(v, *glu, i * 32u, gvec, gstore);
-          else qmv_h2_read<T>(v, xb + i * 32, xvec);
-          fin &= qmv_h2_stage<B>(xs, nch, i, v);
+      float vg[R];   // (Glu) the gate's sums of the row block
+#pragma unroll 1
+      for (int mat = 0; mat < (Glu ? 2 : 1); ++mat) {
+        // the unit's first row over the three matrices (Glu: the gate's, then the up's)
+        const long long grow = u * unit_rows + (mat ? e1 : 0);
+        const H2Seg<T> sg = grow < e1 ? H2Seg<T>{q.w, q.s, q.b, (T*)a.out + (b * M + m) * N0, 0, N0}
+                          : grow < e2 ? H2Seg<T>{(const uint32_t*)sib.w[0], (const T*)sib.scales[0],
+                                                 (const T*)sib.biases[0], (T*)sib.out[0] + m * N1, e1, N1}
+                                      : H2Seg<T>{(const uint32_t*)sib.w[1], (const T*)sib.scales[1],
+                                                 (const T*)sib.biases[1], (T*)sib.out[1] + m * N2, e2, N2};
+        const long long N = sg.rows;
+        const bool wvec = a.w_vec && aligned(sg.w, chunk_align<B>());
+        const QmvRows<T, T> rows{sg.w, sg.s, sg.b, xb, a.w_row, a.s_row, a.b_row, a.group_shift, wvec, xvec};
+        const long long row0 = grow - sg.first + (Spread ? 0 : (long long)(wave / ks) * R);
+        // rows past the end read the last row (valid memory); their sums are never stored
+        H2Rows<R> o;
+  #pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const uint32_t n = (uint32_t)(row0 + r < N ? row0 + r : N - 1);
+          o.w[r] = n * (uint32_t)a.w_row;
+          o.s[r] = n * (uint32_t)a.s_row;
+          o.b[r] = n * (uint32_t)a.b_row;
         }
-        if (!fin) bad = 1;
-        sync_block();
-        staged = true;
-      }
-      if constexpr (Pro == kGluX) {
-        if ((bad || !wvec) && !raw) {   // block-uniform: the float path reads x's row as T
+  #pragma unroll
+        for (int st = 0; st < (Prime ? S : S - 1); ++st) {
+          const uint32_t cs = c0 + st * step;
+          qmv_h2_load<T, B, R>(L[st], rows, o, cs < nch ? cs : last);
+        }
+        if (!staged) {   // the first row block's loads fly while x is made (Pro) and staged
+          if constexpr (Pro == kRmsX) rms_prologue<T, W>(ys, *pro, *ps, nch * 32u);
+          if (threadIdx.x == 0) bad = 0;
           sync_block();
+          bool fin = true;
           for (uint32_t i = threadIdx.x; i < nch; i += blockDim.x) {
             float v[32];
-            glu_values<T>(v, *glu, i * 32u, gvec, (T*)xs);
+            qmv_h2_read<T>(v, xb + i * 32, xvec);
+            fin &= qmv_h2_stage<B>(xs, nch, i, v);
+          }
+          if (!fin) bad = 1;
+          sync_block();
+          staged = true;
+        }
+        float acc[R];
+  #pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+        if (bad || !wvec) {
+          // qmv's float path, RF rows a pass (AMD: one, the rare path's registers would
+          // otherwise set the kernel's and spill on gfx1151/gfx12)
+          constexpr int RF = MLXA_PLATFORM_NVIDIA ? R : 1;
+  #pragma unroll
+          for (int r0 = 0; r0 < R; r0 += RF) {
+            long long rn[RF];
+            float part[RF];
+  #pragma unroll
+            for (int j = 0; j < RF; ++j) {
+              rn[j] = row0 + r0 + j < N ? row0 + r0 + j : N - 1;
+              part[j] = 0.0f;
+            }
+  #pragma unroll 1
+            for (long long c = c0; c < nch; c += step) qmv_steps<T, B, kAffine, RF, 1>(part, rows, rn, c, step);
+  #pragma unroll
+            for (int j = 0; j < RF; ++j) acc[r0 + j] = part[j];
+          }
+        } else {
+          uint32_t c = c0;
+  #pragma unroll 1
+          while (c < nch) {
+  #pragma unroll
+            for (int st = 0; st < S; ++st) {
+              // past the end: reload the last chunk (cached; a branch kept the old stage live
+              // and spilled). Prime: the stage just summed takes the chunk S steps on.
+              const uint32_t cn = c + (Prime ? S : S - 1) * step;
+              if constexpr (!Prime) qmv_h2_load<T, B, R>(L[(st + S - 1) % S], rows, o, cn < nch ? cn : last);
+              qmv_h2_sum<T, B, R>(acc, L[st], xs, nch, c);
+              if constexpr (Prime) qmv_h2_load<T, B, R>(L[st], rows, o, cn < nch ? cn : last);
+              c += step;
+              if (c >= nch) break;
+            }
+          }
+        }
+        float v[R];
+  #pragma unroll
+        for (int r = 0; r < R; ++r) v[r] = wave_reduce<W>(acc[r], [](float p, float q) { return p + q; });
+        if (ks > 1) {
+          if (lane == 0) {
+  #pragma unroll
+            for (int r = 0; r < R; ++r) partial[wave][r] = v[r];
           }
           sync_block();
-          raw = true;
-        }
-      }
-      float acc[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-      if (bad || !wvec || raw) {
-        // qmv's float path, RF rows a pass (AMD: one, the rare path's registers would
-        // otherwise set the kernel's and spill on gfx1151/gfx12)
-        constexpr int RF = MLXA_PLATFORM_NVIDIA ? R : 1;
-#pragma unroll
-        for (int r0 = 0; r0 < R; r0 += RF) {
-          long long rn[RF];
-          float part[RF];
-#pragma unroll
-          for (int j = 0; j < RF; ++j) {
-            rn[j] = row0 + r0 + j < N ? row0 + r0 + j : N - 1;
-            part[j] = 0.0f;
+          if (kpart == 0 && lane == 0) {
+  #pragma unroll
+            for (int r = 0; r < R; ++r)
+              for (int j = 1; j < ks; ++j) v[r] += partial[wave + j][r];
           }
-#pragma unroll 1
-          for (long long c = c0; c < nch; c += step) qmv_steps<T, B, kAffine, RF, 1>(part, rows, rn, c, step);
-#pragma unroll
-          for (int j = 0; j < RF; ++j) acc[r0 + j] = part[j];
+          sync_block();   // partial is reused by the next row block
         }
-      } else {
-        uint32_t c = c0;
-#pragma unroll 1
-        while (c < nch) {
-#pragma unroll
-          for (int st = 0; st < S; ++st) {
-            // past the end: reload the last chunk (cached; a branch kept the old stage live
-            // and spilled). Prime: the stage just summed takes the chunk S steps on.
-            const uint32_t cn = c + (Prime ? S : S - 1) * step;
-            if constexpr (!Prime) qmv_h2_load<T, B, R>(L[(st + S - 1) % S], rows, o, cn < nch ? cn : last);
-            qmv_h2_sum<T, B, R>(acc, L[st], xs, nch, c);
-            if constexpr (Prime) qmv_h2_load<T, B, R>(L[st], rows, o, cn < nch ? cn : last);
-            c += step;
-            if (c >= nch) break;
-          }
-        }
-      }
-      float v[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) v[r] = wave_reduce<W>(acc[r], [](float p, float q) { return p + q; });
-      if (ks > 1) {
-        if (lane == 0) {
-#pragma unroll
-          for (int r = 0; r < R; ++r) partial[wave][r] = v[r];
-        }
-        sync_block();
         if (kpart == 0 && lane == 0) {
-#pragma unroll
+  #pragma unroll
           for (int r = 0; r < R; ++r)
-            for (int j = 1; j < ks; ++j) v[r] += partial[wave + j][r];
+            if (row0 + r < N) sg.out[row0 + r] = cast<T>(v[r]);
         }
-        sync_block();   // partial is reused by the next row block
-      }
-      if (kpart == 0 && lane == 0) {
+        if constexpr (Glu) {
+          if (mat == 0) {
 #pragma unroll
-        for (int r = 0; r < R; ++r)
-          if (row0 + r < N) sg.out[row0 + r] = cast<T>(v[r]);
+            for (int r = 0; r < R; ++r) vg[r] = v[r];
+          } else if (kpart == 0 && lane == 0) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+              if (row0 + r < N) glu_out[(b * M + m) * N0 + row0 + r] = glu_of<T>(cast<T>(vg[r]), cast<T>(v[r]));
+          }
+        }
       }
     }
     sync_block();   // x is staged again for the next batch
@@ -1360,8 +1334,17 @@ MLXA_DEVICE void qdq(const QdqArgs& a) {
   }
 #define MLXA_QMV_H2G(name, T, B, W)                                                      \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(mlxa::q::kQmvH2Threads, 2)                     \
-  name(GluPro p, QmvSibs s, QmvArgs a, QmvSibRows r) {                                   \
-    MLXA_WAVE_KERNEL_BODY(W, (mlxa::q::qmv_h2<T, B, W, mlxa::q::kGluX>(s, a, r, nullptr, nullptr, &p))) \
+  name(QmvGlu g, QmvSibs s, QmvArgs a, QmvSibRows r) {                                   \
+    MLXA_WAVE_KERNEL_BODY(W, (mlxa::q::qmv_h2<T, B, W, mlxa::q::kPlainX, mlxa::q::H2Fmt<B>::R,      \
+                                             mlxa::q::qmv_h2_groups<W>, mlxa::q::kQmvH2Stages,   \
+                                             false, false, true>(s, a, r, nullptr, nullptr, (T*)g.out))) \
+  }
+#define MLXA_QMV_H2NG(name, T, B, W)                                                     \
+  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(mlxa::q::kQmvH2Threads, 2)                     \
+  name(RmsPro p, QmvGlu g, QmvSibs s, QmvArgs a, QmvSibRows r, RmsProShape ps) {         \
+    MLXA_WAVE_KERNEL_BODY(W, (mlxa::q::qmv_h2<T, B, W, mlxa::q::kRmsX, mlxa::q::H2Fmt<B>::R,        \
+                                             mlxa::q::qmv_h2_groups<W>, mlxa::q::kQmvH2Stages,   \
+                                             false, false, true>(s, a, r, &p, &ps, (T*)g.out)))  \
   }
 #define MLXA_QMV_MMA(name, T, G)                                                           \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::q::kQmvMmaThreads) name(QmvArgs a) { mlxa::q::qmv_mma<T, G>(a); }

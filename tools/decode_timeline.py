@@ -123,8 +123,8 @@ def main():
                     help="as --siblings-ab with only the chains (residual add + RMS norm with the "
                          "projections after it) switched")
     ap.add_argument("--glu-ab", type=int, default=0, metavar="ROUNDS",
-                    help="as --siblings-ab with only the SwiGLU pairs (the compiled swiglu with "
-                         "the quantized down projection) switched")
+                    help="as --siblings-ab with only the tails (an MLP's quantized gate and up "
+                         "with their swiglu) switched")
     ap.add_argument("--phases", action="store_true",
                     help="also time the evaluator's phases of the pipelined steps (ms per step, "
                          "in 'phases_ms'; the timers add a little to queue)")
@@ -215,16 +215,16 @@ def main():
 
         ev = get_runtime().evaluator
         pairs = E.pair_table(E.DISPATCH)
-        on = (E.sibling_table(E.DISPATCH), pairs, E.twin_table(E.DISPATCH), E.chain_table(E.DISPATCH, pairs))
-        no_glu = {k: v for k, v in pairs.items() if k[0] != "Compiled"}
-        off = (on[:2] + ({}, on[3]) if a.twins_ab else on[:3] + ({},) if a.chains_ab
-               else (on[0], no_glu) + on[2:] if a.glu_ab else ({}, {}, {}, {}))
+        on = (E.sibling_table(E.DISPATCH), pairs, E.twin_table(E.DISPATCH), E.chain_table(E.DISPATCH, pairs),
+              E.tail_table(E.DISPATCH))
+        off = (on[:2] + ({},) + on[3:] if a.twins_ab else on[:3] + ({},) + on[4:] if a.chains_ab
+               else on[:4] + ({},) if a.glu_ab else ({}, {}, {}, {}, {}))
         switched = ("twins" if a.twins_ab else "chains" if a.chains_ab else "glu" if a.glu_ab else "siblings")
         tables = {"off": off, "on": on}
         rows = {"off": [], "on": []}
         for _ in range(n_ab):
             for mode in ("off", "on"):
-                E.SIBLINGS, E.PAIRS, E.TWINS, E.CHAINS = tables[mode]
+                E.SIBLINGS, E.PAIRS, E.TWINS, E.CHAINS, E.TAILS = tables[mode]
                 ev.drop_programs()
                 ev._seen.clear()
                 ev._sib_groups.clear()

@@ -38,7 +38,7 @@ from .launch import Launch as _Launch
 from .launch import NativeLauncher as _NativeLauncher
 from .launch import _pointers
 from .launch import run as _launch
-from .ops import VIEW_PRIMITIVES, chain_table, dispatch_table, pair_table, sibling_table, twin_table  # noqa: F401  (VIEW_PRIMITIVES re-exported)
+from .ops import VIEW_PRIMITIVES, chain_table, dispatch_table, pair_table, sibling_table, tail_table, twin_table  # noqa: F401  (VIEW_PRIMITIVES re-exported)
 from .plan import ITEMSIZE as _ITEMSIZE
 from .plan import Layout
 from .plan import Memset as _Memset
@@ -66,6 +66,10 @@ TWINS = twin_table(DISPATCH) if SIBLINGS else {}
 # family plans with the pair as one (an Add and RMSNorm, then the quantized projections of the
 # norm's output: one launch instead of two); the same switch, and MLX_AMD_CHAINS=0 alone
 CHAINS = chain_table(DISPATCH, PAIRS) if os.environ.get("MLX_AMD_CHAINS", "1") != "0" else {}
+# (sibling group's primitive, primitive of a node reading the group's outputs) -> family that
+# plans the group with that node (an MLP's gate and up with their swiglu: one launch, the
+# swiglu's own gone); the siblings' switch
+TAILS = tail_table(DISPATCH) if SIBLINGS else {}
 MAX_SIBLINGS = 2   # siblings a node may take on (the kernels' QmvSibs)
 TWIN_WINDOW = 16   # nodes between twins at most (further apart: kept apart, their inputs and
                    # outputs would live longer for one launch less)
@@ -554,7 +558,9 @@ class Evaluator:
         family, view slots the chain makes, {chain node: views to make right after its
         launch})}, {chain node: views to make first}): CHAINS, a pair with the sibling group
         (or the one SIBLINGS node) reading the pair's output first, tried as one plan before
-        the pair and the group alone.
+        the pair and the group alone; and TAILS, a sibling group with the node reading its
+        outputs (as a chain of the group's first node; also at the end of the chain whose
+        projections the group is).
         Whether a group runs as one is its family's call (``plan_siblings``), at its first
         node."""
         fp = g.fingerprint
@@ -592,10 +598,8 @@ class Evaluator:
             if prim in SIBLINGS and ins:
                 by_key.setdefault((prim, params, key_of(ins[0])), []).append(i)
             if PAIRS and ins and ins[0] in made:
-                first = nodes[made[ins[0]]]
-                fam = PAIRS.get((first[0], prim))
-                # (a family may take only some nodes of a primitive as a pair's first: pair_ok)
-                if fam is not None and (not hasattr(fam, "pair_ok") or fam.pair_ok(first, nodes[i])):
+                fam = PAIRS.get((nodes[made[ins[0]]][0], prim))
+                if fam is not None:
                     pairs.append((made[ins[0]], i, fam))
             if prim in TWINS:
                 twin_nodes.setdefault((prim, params), []).append(i)
@@ -695,6 +699,27 @@ class Evaluator:
                     chains[i] = (run, readers[prim], frozenset(here - set(nodes[i][3]) - set(nodes[f][3])),
                                  {c: tuple(v) for c, v in late.items()})
                     break
+        if TAILS:
+            # a node reading the outputs of a sibling group, one input each in the group's
+            # order (an MLP's swiglu of its gate and up), that the family plans with the group
+            # (TAILS_AFTER, tail_ok): run with the group as a chain of it, and at the end of a
+            # chain whose projections the group is
+            by_ins: dict = {}
+            for t, n in enumerate(nodes):
+                if len(n[2]) > 1:
+                    by_ins.setdefault(tuple(n[2]), t)
+            for lead, fs in groups.items():
+                if lead in fams or lead in chains:    # pairs and twins
+                    continue
+                members = (lead,) + fs
+                t = by_ins.get(tuple(nodes[m][3][0] if nodes[m][3] else -1 for m in members))
+                fam = TAILS.get((nodes[lead][0], nodes[t][0])) if t is not None else None
+                if fam is None or t in taken or (hasattr(fam, "tail_ok") and not fam.tail_ok(nodes[t])):
+                    continue
+                for c, ch in list(chains.items()):
+                    if ch[0] == members and ch[1] is fam:
+                        chains[c] = (members + (t,),) + ch[1:]
+                chains[lead] = ((t,), fam, frozenset(), {})
         cached = self._sib_groups[fp] = (groups, early, fams, chains, chain_early) if groups else {}
         return cached
 

@@ -43,7 +43,7 @@ def test_arg_structs_match_header(tmp_path):
         ' printf("%zu %zu\\n", sizeof(QdqArgs), offsetof(QdqArgs, groups));'
         ' printf("%zu %zu %d\\n", sizeof(QmvSibs), sizeof(QmvSibRows), MLXA_QSIBS);'
         ' printf("%zu %zu %zu\\n", sizeof(RmsPro), offsetof(RmsPro, out), sizeof(RmsProShape));'
-        ' printf("%zu %zu\\n", sizeof(GluPro), offsetof(GluPro, out));}\n')
+        ' printf("%zu\\n", sizeof(QmvGlu));}\n')
     exe = tmp_path / "s"
     subprocess.run(["g++", "-std=c++17", "-I", os.path.join(REPO, "hip_kernels", "include"), str(src), "-o", str(exe)],
                    check=True)
@@ -51,14 +51,14 @@ def test_arg_structs_match_header(tmp_path):
     assert got == [Q.ARG_STRUCTS["QmvArgs"][1], 56, 136, 168, 168 + 8 * 32,
                    Q.ARG_STRUCTS["DequantArgs"][1], 80, 88 + 3 * 32, Q.ARG_STRUCTS["QuantizeArgs"][1], 40,
                    Q.ARG_STRUCTS["Fp8Args"][1], Q.ARG_STRUCTS["QdqArgs"][1], 16,
-                   8 * 4 * Q.QSIBS, 8 * Q.QSIBS, Q.QSIBS, 40, 32, N._PRO_SHAPE.size, 24, 16]
+                   8 * 4 * Q.QSIBS, 8 * Q.QSIBS, Q.QSIBS, 40, 32, N._PRO_SHAPE.size, 8]
 
 
 def test_kernel_table_is_lean_and_names_planned_kernels():
     names = set(kt.kernel_names("quantized"))
-    # qmv, dequant, quantize, fp8, qmv_mma (2 dtypes x 3 groups), qmv_h2, qmv_h2n and qmv_h2g (3
-    # widths x 2 dtypes x 2 waves each), qdq (3 fp modes x 3 dtypes)
-    assert len(names) == 9 * 3 * 2 + 9 * 3 + 6 * 3 + 2 * 3 + 2 * 3 + 3 * 3 * 2 * 2 + 3 * 3
+    # qmv, dequant, quantize, fp8, qmv_mma (2 dtypes x 3 groups), qmv_h2, qmv_h2n, qmv_h2g and
+    # qmv_h2ng (3 widths x 2 dtypes x 2 waves each), qdq (3 fp modes x 3 dtypes)
+    assert len(names) == 9 * 3 * 2 + 9 * 3 + 6 * 3 + 2 * 3 + 2 * 3 + 4 * 3 * 2 * 2 + 3 * 3
     for fmt in kt.table("quantized").FORMATS:
         for dt in Q.DTYPES:
             assert kt.table("quantized").qmv_name(kt, fmt, dt, 64) in names
@@ -491,60 +491,87 @@ def test_swiglu_gate_recognises_the_tape_and_nothing_else():
     assert C.swiglu_gate(("not", "a", "tape")) is None
 
 
-def _glu_nodes(K=512, N=96, dt="bfloat16", bits=4, gs=64, lead=(1, 1), gate=0):
-    """[Compiled swiglu, QuantizedMatmul of its output] as the evaluator hands the pair to
-    plan_siblings (the projection's x is made by the group: row-major)."""
+def _swiglu(lead, N, dt, gate=0):
+    """A Compiled swiglu node of two (lead + (N,)) rows (gate=1: its inputs the other way)."""
     import mlx.nn as nn
 
-    h = Layout.row_major(lead + (K,), dt)
-    a = mx.ones(lead + (K,), getattr(mx, dt))
-    tape = _tape(lambda g, u: nn.silu(g) * u, a, mx.zeros(lead + (K,), getattr(mx, dt)))
-    if gate == 1:   # the node's inputs in the other order (MLX orders them as the trace meets them)
+    h = Layout.row_major(lead + (N,), dt)
+    a, b = mx.ones(lead + (N,), getattr(mx, dt)), mx.zeros(lead + (N,), getattr(mx, dt))
+    tape = _tape(lambda g, u: nn.silu(g) * u, a, b)
+    if gate == 1:   # (MLX orders a Compiled node's inputs as its trace meets them: gate first)
         tape = (tape[0], tape[1][::-1]) + tape[2:]
-    c = Node("Compiled", tape, (h, h), (h,))
-    wq, sc, bi = quantized((N, K), gs, bits, "affine", seed=3)
-    q = _qmm_node(np.zeros(lead + (K,), np.float32), dt, np.array(wq), np_of(sc), np_of(bi), gs, bits, 0, True,
-                  lead + (N,))[0]
-    return [c, q]
+    return Node("Compiled", tape, (h, h), (h,))
+
+
+def _glu_nodes(K=512, N=96, dt="bfloat16", bits=4, gs=64, lead=(1, 1), gate=0, up_rows=None):
+    """[gate, up, Compiled swiglu of the two] as the evaluator hands a sibling group and its
+    tail to plan_siblings."""
+    x = np.zeros(lead + (K,), np.float32)
+    qs = []
+    for j, n in enumerate((N, up_rows or N)):
+        wq, sc, bi = quantized((n, K), gs, bits, "affine", seed=j)
+        qs.append(_qmm_node(x, dt, np.array(wq), np_of(sc), np_of(bi), gs, bits, 0, True, lead + (n,))[0])
+    return qs + [_swiglu(lead, N, dt, gate)]
 
 
 @pytest.mark.parametrize("dt", ["float16", "bfloat16"])
 @pytest.mark.parametrize("bits", [2, 4, 8])
-@pytest.mark.parametrize("gate", [0, 1])
-def test_swiglu_pair_plan(dt, bits, gate):
-    """A compiled swiglu and the projection of its output: one qmv_h2g launch whose pointers
-    are the gate, the up and the swiglu's output, then the projection's qmv_h2 launch
-    renumbered after the pair's two inputs and one output; tail, grid, block and shared
-    memory the projection's own (the raw row of the float path fits in the staged x's)."""
-    nodes = _glu_nodes(dt=dt, bits=bits, gate=gate)
+@pytest.mark.parametrize("M", [1, 3])
+def test_swiglu_tail_plan(dt, bits, M):
+    """An MLP's gate and up and their compiled swiglu: one qmv_h2g launch, the siblings'
+    qmv_h2 launch with QmvGlu's pointer (the swiglu's output, the group's third) first; tail,
+    grid, block and shared memory the siblings' own. tail_ok takes a swiglu with its gate
+    first and nothing else."""
+    from mlx_amd.runtime.ops import compiled as C
+
+    nodes = _glu_nodes(dt=dt, bits=bits, lead=(1, M))
     plan = Q.plan_siblings(nodes, H2Dev())
-    alone = Q.plan_node(nodes[1], H2Dev())
+    alone = Q.plan_siblings(nodes[:2], H2Dev())
+    if alone is None:   # (4-bit rows of x past one: the matrix unit's qmv_mma, no siblings)
+        assert plan is None and M > 1 and bits == 4
+        return
     assert plan is not None and len(plan.steps) == 1 and not plan.temps and not plan.donate
     (lau,), (sub,) = plan.steps, alone.steps
     assert lau.kernel == f"quantized_qmv_h2g_a{bits}_{dt}_{dt}_w32" and sub.kernel == f"quantized_qmv_h2_a{bits}_{dt}_{dt}_w32"
-    assert lau.n_ptrs == 3 + sub.n_ptrs
-    assert lau.refs[:3] == (Q.inp(gate), Q.inp(1 - gate), Q.out(0))
-    assert lau.refs[3:] == tuple(r._replace(index=r.index + (2 if r.kind == "i" else 1)) for r in sub.refs)
+    assert lau.n_ptrs == 1 + sub.n_ptrs and lau.refs == (Q.out(2),) + sub.refs
     assert (lau.tail, lau.grid, lau.block, lau.shared_mem) == (sub.tail, sub.grid, sub.block, sub.shared_mem)
-    assert lau.shared_mem >= 512 * 2
     assert lau.kernel in kt.kernel_names("quantized")
-    from mlx_amd.runtime.ops import compiled as C
-    assert Q.pair_ok(("Compiled", nodes[0].params, (), ()), None)
-    assert not Q.pair_ok(("Compiled", _tape(lambda g, u: g * u + 1, mx.ones((4,)), mx.ones((4,))), (), ()), None)
-    assert Q.pair_ok(("Add", (), (), ()), None) and C.swiglu_gate(nodes[0].params) == gate
+    graph_node = ("Compiled", nodes[2].params, (0, 1), (2,))
+    assert Q.tail_ok(graph_node) and C.swiglu_gate(nodes[2].params) == 0
+    assert not Q.tail_ok(("Compiled", _swiglu((1, 1), 64, dt, gate=1).params, (0, 1), (2,)))
+    assert not Q.tail_ok(("Compiled", _tape(lambda g, u: g * u + 1, mx.ones((4,)), mx.ones((4,))), (0, 1), (2,)))
+    assert not Q.tail_ok(("Add", (), (0, 1), (2,)))
 
 
-def test_swiglu_pair_only_where_one_launch_serves():
-    """plan_siblings declines the pair (None: the swiglu and the projection run apart) for
-    more than one row, float32, a projection qmv_h2 does not take (3 bits), or operands that
-    are not the product's shape."""
+def test_swiglu_tail_only_where_one_launch_serves():
+    """plan_siblings declines the tail (None: the group and the swiglu run apart) where the
+    gate and up alone are not one qmv_h2 launch (3 bits), their rows differ, the swiglu takes
+    the up as its gate, or its output is not theirs in shape."""
     dev = H2Dev()
     assert Q.plan_siblings(_glu_nodes(), dev) is not None
-    assert Q.plan_siblings(_glu_nodes(lead=(1, 2)), dev) is None
     assert Q.plan_siblings(_glu_nodes(bits=3), dev) is None
-    c, q = _glu_nodes()
-    half = Layout.row_major((1, 1, 256), "bfloat16")
-    assert Q.plan_siblings([Node(c.prim, c.params, (c.ins[0], half), c.outs), q], dev) is None
+    assert Q.plan_siblings(_glu_nodes(up_rows=64), dev) is None
+    assert Q.plan_siblings(_glu_nodes(gate=1), dev) is None
+    g, u, c = _glu_nodes()
+    assert Q.plan_siblings([g, u, _swiglu((1, 1), 64, "bfloat16")], dev) is None
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_rms_chain_with_swiglu_tail_plan(bits):
+    """A residual add, its RMS norm, the gate and up of the norm's output and their swiglu
+    (a chain whose projections have a tail): one qmv_h2ng launch, RmsPro's pointers, then the
+    tail plan's renumbered after the pair's inputs and two outputs (QmvGlu's: the group's
+    fifth output)."""
+    nodes = _chain_nodes(rows=(96, 96), bits=bits)
+    c = _swiglu((1, 1), 96, "bfloat16")
+    plan = Q.plan_siblings(nodes + [c], H2Dev())
+    glu = Q.plan_siblings(nodes[2:] + [c], H2Dev())
+    assert plan is not None and glu is not None and len(plan.steps) == 1 and not plan.temps
+    (lau,), (sub,) = plan.steps, glu.steps
+    assert lau.kernel == f"quantized_qmv_h2ng_a{bits}_bfloat16_bfloat16_w32" and lau.kernel in kt.kernel_names("quantized")
+    assert lau.refs[:5] == (Q.inp(0), Q.inp(1), Q.inp(3), Q.out(0), Q.out(1)) and lau.refs[5] == Q.out(4)
+    assert lau.refs[5:] == tuple(r._replace(index=r.index + (4 if r.kind == "i" else 2)) for r in sub.refs)
+    assert lau.n_ptrs == 5 + sub.n_ptrs and lau.tail == sub.tail + struct.pack("<fi", 1e-5, 1)
 
 
 @pytest.mark.parametrize("why", ["float32", "3 bits", "6 bits", "k past shared memory", "switched off",

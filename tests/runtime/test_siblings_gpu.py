@@ -333,102 +333,74 @@ def test_residual_norm_projections_chain(gpu_runtime, graphs, monkeypatch, dt, b
 
 
 
+_SWIGLU = mx.compile(lambda g, u: mx.sigmoid(g) * g * u, shapeless=True)   # mlx-lm's swiglu
+
+
 @pytest.mark.parametrize("dt", ["bf16", "f16"])
-@pytest.mark.parametrize("bits,gs,K,N,keep_h", [(4, 64, 1024, 512, True), (4, 64, 4096, 1000, False),
-                                                 (8, 32, 512, 256, True), (2, 128, 2048, 384, False)])
-def test_swiglu_down_projection_pair(gpu_runtime, graphs, monkeypatch, dt, bits, gs, K, N, keep_h):
-    """mlx-lm's MLP at decode: gate and up projections (siblings), its compiled swiglu, the
-    down projection of the product. The swiglu and the down projection run as one qmv_h2g
-    launch (each block makes silu(gate) * up as it stages x), at the first sightings and in
-    native replays: the product (when a later node reads it) equals MLX's CPU swiglu of the
-    same gate and up, and the projection is the float32 product of that x within QTOL. With
-    the pair off: the swiglu's own launches more."""
+@pytest.mark.parametrize("bits,gs,K,N,chain", [(4, 64, 1024, 512, False), (4, 64, 4096, 960, True),
+                                               (8, 32, 512, 256, True), (2, 128, 2048, 384, False)])
+def test_swiglu_tail(gpu_runtime, graphs, monkeypatch, dt, bits, gs, K, N, chain):
+    """mlx-lm's MLP at decode: gate and up projections (siblings), their compiled swiglu
+    (the group's tail), the down projection of it; with ``chain`` after a residual add and its
+    RMS norm (the chain's projections). Gate, up and swiglu run as one qmv_h2g (qmv_h2ng)
+    launch, at the first sightings and in native replays: gate and up are the float32
+    products of x within QTOL and the swiglu equals MLX's CPU swiglu of those gate and up;
+    the down projection follows from it. With the tails off: the swiglu's own launches more."""
     from mlx_amd.runtime import evaluator as E
 
-    swiglu = mx.compile(lambda g, u: mx.sigmoid(g) * g * u, shapeless=True)
     dtype = {"bf16": mx.bfloat16, "f16": mx.float16}[dt]
+    mx.random.seed(3)
+    w = (1.0 + 0.1 * mx.random.normal((K,))).astype(dtype)
+    r = mx.random.normal((1, 1, K)).astype(dtype)
     qs = []
-    for j, (n, k) in enumerate(((K, 512), (K, 512), (N, K))):
+    for j, (n, k) in enumerate(((N, K), (N, K), (K, N))):
         mx.random.seed(60 + j)
-        qs.extend(mx.quantize((mx.random.normal((n, k)) / math.sqrt(k) * 4).astype(dtype), group_size=gs, bits=bits))
-    mx.eval(*qs)
+        # gate and up O(1) where the swiglu bends: x of norm 1 (_x), or of O(1) values (the norm)
+        scale = 1.0 / math.sqrt(k) if chain or j == 2 else 1.0
+        qs.extend(mx.quantize((mx.random.normal((n, k)) * scale).astype(dtype), group_size=gs, bits=bits))
+    mx.eval(w, r, *qs)
 
     def qmm(x, j, flat):
         return mx.quantized_matmul(x, *flat[3 * j: 3 * j + 3], transpose=True, group_size=gs, bits=bits)
 
-    def step(x, *flat):
+    def step(x, r, w, *flat):
+        if chain:
+            h = x * 64.0 + r
+            x = mx.fast.rms_norm(h, w, 1e-5)
         g, u = qmm(x, 0, flat), qmm(x, 1, flat)
-        h = swiglu(g, u)
-        return [g, u, h * 1.0 if keep_h else g, qmm(h, 2, flat)]
+        s = _SWIGLU(g, u)
+        return [x, g, u, s, qmm(s, 2, flat)]
+
+    def deq(j):
+        return mx.dequantize(*qs[3 * j: 3 * j + 3], group_size=gs, bits=bits, dtype=F32)
 
     def compare(got, want, t):
         with plain_mlx():
-            g, u = (mx.array(np.array(a.astype(F32))).astype(dtype) for a in got[:2])
-            h = swiglu(g, u)
-            assert_close(got[2], h * 1.0 if keep_h else g, f"step {t}: the swiglu")
-            d = mx.dequantize(*qs[6:9], group_size=gs, bits=bits, dtype=F32)
-            assert_close(got[3], (h.astype(F32) @ d.T).astype(dtype), f"step {t}: the down projection",
+            x = mx.array(np.array(got[0].astype(F32))).astype(dtype)
+            g, u = (mx.array(np.array(a.astype(F32))).astype(dtype) for a in got[1:3])
+            for j in range(2):
+                assert_close(got[1 + j], (x.astype(F32) @ deq(j).T).astype(dtype), f"step {t}: projection {j}",
+                             *QTOL[dtype])
+            s = _SWIGLU(g, u)
+            assert_close(got[3], s, f"step {t}: the swiglu")
+            assert_close(got[4], (s.astype(F32) @ deq(2).T).astype(dtype), f"step {t}: the down projection",
                          *QTOL[dtype])
 
-    args = [(512, dtype)] + qs
+    args = [(K, dtype), r, w] + qs
     nothing = lambda *a: []   # noqa: E731  (compare builds its references from the outputs)
     launches, replays, back = _run_steps(gpu_runtime, step, args, nothing, compare=compare)
     assert launches[0] == launches[1] and replays == 4 and back == 0, (launches, replays, back)
     on = launches[0]
     by = gpu_runtime.evaluator.stats.by_prim
     assert by["QuantizedMatmul"]["cpu"] == 0 and by["Compiled"]["cpu"] == 0
-    monkeypatch.setattr(E, "PAIRS", {k: v for k, v in E.PAIRS.items() if k[0] != "Compiled"})
+    monkeypatch.setattr(E, "TAILS", {})
     ev = gpu_runtime.evaluator
     ev.drop_programs()
     ev._seen.clear()
     ev._sib_groups.clear()
     launches, _, back = _run_steps(gpu_runtime, step, args, nothing, compare=compare)
     assert launches[0] == launches[1] and back == 0, launches
-    # gate/up, the pair (and h * 1): the swiglu alone takes one launch or more (node by node
-    # where the driver compiles no generated kernels: the emulator)
-    assert on == 2 + keep_h and launches[0] >= on + 1, (on, launches)
-
-
-@pytest.mark.parametrize("what", ["inf", "nan", "unaligned"])
-def test_swiglu_down_projection_float_path(gpu_runtime, what):
-    """The qmv_h2g launch where the staged x cannot serve: a product that overflows to
-    infinity or a NaN (x not finite), or a packed matrix whose rows start off the 16-byte
-    boundary (w read element by element): each block puts x's row over its staged x and sums
-    as qmv does; the products (and their infinities and NaNs) are the float32 products of
-    MLX's CPU swiglu of the same gate and up."""
-    swiglu = mx.compile(lambda g, u: mx.sigmoid(g) * g * u, shapeless=True)
-    K, N, gs, bits = 1024, 300, 64, 4
-    mx.random.seed(5)
-    g = mx.random.normal((1, 1, K)).astype(mx.bfloat16)
-    u = mx.random.normal((1, 1, K)).astype(mx.bfloat16)
-    if what == "inf":
-        g[..., 100] = 3e38
-        u[..., 100] = 3e38
-    elif what == "nan":
-        u[..., 7] = float("nan")
-    wq, s, b = mx.quantize((mx.random.normal((N, K)) / math.sqrt(K)).astype(mx.bfloat16), group_size=gs, bits=bits)
-    if what == "unaligned":   # w as a view 4 bytes into a buffer: rows off the 16-byte boundary
-        flat = mx.concatenate([mx.zeros((1,), mx.uint32), wq.reshape(-1)])
-        mx.eval(flat)
-        wq = flat[1:].reshape(N, -1)
-    mx.eval(g, u, wq, s, b)
-    ev = gpu_runtime.evaluator
-    ev.drop_programs()
-    ev._seen.clear()          # a first sighting: every launch made from Python, counted
-    real = ev.native
-    ev.native = counting = _Counting(real)
-    try:
-        h = swiglu(g, u)
-        y = mx.quantized_matmul(h, wq, s, b, transpose=True, group_size=gs, bits=bits)
-        mx.eval(h, y)
-    finally:
-        ev.native = real
-    with plain_mlx():   # float32 products (MLX's x86 CPU sums in x's dtype), rounded to it
-        hw = swiglu(g, u)
-        d = mx.dequantize(wq, s.astype(F32), b.astype(F32), group_size=gs, bits=bits, dtype=F32)
-        want = (hw.astype(F32) @ d.T).astype(mx.bfloat16)
-        assert_close(h, hw, "the swiglu")
-    assert_close(y, want, f"{what}: the down projection", *QTOL[mx.bfloat16])
-    assert counting.n == 1, f"{counting.n} launches: the pair did not run as one"
-    if what != "unaligned":
-        assert not np.isfinite(np.array(y.astype(F32))).all()
+    # (x * 64 and the chain or) gate, up and swiglu as one; the down projection: the swiglu
+    # alone takes one launch or more (node by node where the driver compiles no generated
+    # kernels: the emulator)
+    assert on == 2 + chain and launches[0] >= on + 1, (on, launches)

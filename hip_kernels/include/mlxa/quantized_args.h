@@ -70,13 +70,10 @@ struct QmvSibRows {
 // qmv_h2n, qmv_h2 with an RMS norm prologue (norm_args.h: RmsPro): the kernel takes (RmsPro,
 // QmvSibs, QmvArgs, QmvSibRows, RmsProShape), the pointers first; one row of x, batch 1.
 
-// qmv_h2g, qmv_h2 whose x is a SwiGLU's silu(gate) * up (mlx-lm's compiled swiglu before a
-// down projection), made as x is staged: the kernel takes (GluPro, QmvSibs, QmvArgs,
-// QmvSibRows); gate, up and out are rows of k values (one row of x, batch 1, no siblings).
-// Block (0, 0) also stores the product in out (the Compiled node's output).
-struct GluPro {
-  const void* gate;
-  const void* up;
+// qmv_h2g / qmv_h2ng, qmv_h2 / qmv_h2n with the GLU epilogue: the kernel takes QmvGlu before
+// QmvSibs (after RmsPro); QmvArgs' matrix is an MLP's gate, its one sibling the up of equal
+// rows, and out receives silu(gate) * up (the swiglu node after the two projections).
+struct QmvGlu {
   void* out;
 };
 

@@ -5,7 +5,8 @@ nvfp4. Names:
   quantized_qmv_<fmt>_<dt>_<dt>_w<32|64>   decode matmul (rows of x <= 8)
   quantized_qmv_h2_a<2|4|8>_<dt>_<dt>_w<32|64>   the same on packed half math (16-bit x)
   quantized_qmv_h2n_a<2|4|8>_<dt>_<dt>_w<32|64>  qmv_h2 with x made by an Add + RMSNorm prologue
-  quantized_qmv_h2g_a<2|4|8>_<dt>_<dt>_w<32|64>  qmv_h2 with x made from a SwiGLU's gate and up
+  quantized_qmv_h2g_a<2|4|8>_<dt>_<dt>_w<32|64>  qmv_h2 of gate and up, also storing silu(gate) * up
+  quantized_qmv_h2ng_a<2|4|8>_<dt>_<dt>_w<32|64> both: the RMS norm prologue and the GLU epilogue
   quantized_qmv_mma_a4_g<gs>_<dt>           the same on the matrix unit (4-bit affine, 16-bit x;
                                             mma.sync, MFMA, gfx12 WMMA: elsewhere its body traps)
   quantized_dequant_<fmt>_<dt>_<dt>               packed w -> dtype
@@ -59,6 +60,10 @@ def qmv_h2g_name(kt, bits, dt, wave):
     return kt.kernel_name("quantized", "qmv_h2g", f"a{int(bits)}", dt, dt) + f"_w{wave}"
 
 
+def qmv_h2ng_name(kt, bits, dt, wave):
+    return kt.kernel_name("quantized", "qmv_h2ng", f"a{int(bits)}", dt, dt) + f"_w{wave}"
+
+
 def qmv_mma_name(kt, dt, gs):
     return kt.kernel_name("quantized", "qmv_mma", f"a4_g{int(gs)}", dt, dt)
 
@@ -101,6 +106,8 @@ def entries(kt):
                 yield n, f"MLXA_QMV_H2N({n}, {kt.CTYPES[dt]}, {bits}, {w})"
                 n = qmv_h2g_name(kt, bits, dt, w)
                 yield n, f"MLXA_QMV_H2G({n}, {kt.CTYPES[dt]}, {bits}, {w})"
+                n = qmv_h2ng_name(kt, bits, dt, w)
+                yield n, f"MLXA_QMV_H2NG({n}, {kt.CTYPES[dt]}, {bits}, {w})"
     for dt in QMV_MMA_DTYPES:
         for gs in QMV_MMA_GROUPS:
             n = qmv_mma_name(kt, dt, gs)

@@ -85,6 +85,22 @@ def pair_table(dispatch: dict) -> dict:
     return out
 
 
+def tail_table(dispatch: dict) -> dict:
+    """(primitive of a sibling group, primitive of a node reading the group's outputs) -> the
+    family module that plans the group with that node as one (its ``TAILS_AFTER`` and
+    ``plan_siblings``, ``tail_ok`` picking the nodes: an MLP's gate and up, then their
+    swiglu), where ``dispatch`` routes both to it."""
+    out = {}
+    for mod in set(dispatch.values()):
+        if not hasattr(mod, "plan_siblings"):
+            continue
+        for first, tails in getattr(mod, "TAILS_AFTER", {}).items():
+            for tail in tails:
+                if dispatch.get(first) is mod and tail in dispatch:
+                    out[(first, tail)] = mod
+    return out
+
+
 def twin_table(dispatch: dict) -> dict:
     """MLX primitive class name -> family module that can plan two independent nodes of it
     with equal parameters as one plan (its ``TWINS`` and ``plan_siblings``: an attention's

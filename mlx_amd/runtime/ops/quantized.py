@@ -52,7 +52,6 @@ import struct
 
 from .. import kernel_table as kt
 from .. import matrix_units
-from .. import plan as _plan
 from ..launch import Launch
 from ..plan import Layout, Memset, Plan, compute_units, dynamic_smem, embed, inp, ksplit, out, tmp, wave_width
 from . import compiled
@@ -84,9 +83,9 @@ QSIBS = 2                                   # MLXA_QSIBS
 SIBLINGS = ("QuantizedMatmul",)
 # ... and with the residual add and RMS norm before them as one qmv_h2n launch (chain)
 CHAINS_AFTER = {("Add", "mlx_amd::RMSNorm"): ("QuantizedMatmul",)}
-# ... and a SwiGLU (mlx-lm's compiled swiglu) with the down projection reading it as one
-# qmv_h2g launch (pair: pair_ok picks the Compiled nodes that are one); MLX_AMD_GLU=0: off
-PAIRS_AFTER = {"Compiled": ("QuantizedMatmul",)} if os.environ.get("MLX_AMD_GLU", "1") != "0" else {}
+# ... and the swiglu of a gate and up pair with them (mlx-lm's MLP) as one qmv_h2g launch (a
+# tail: tail_ok picks the Compiled nodes that are one); MLX_AMD_GLU=0: off
+TAILS_AFTER = {"QuantizedMatmul": ("Compiled",)} if os.environ.get("MLX_AMD_GLU", "1") != "0" else {}
 _DEQ_TAIL = struct.Struct("<6q2i16q")      # after the 4 pointers
 _QUANT_TAIL = struct.Struct("<q2i")        # after the 4 pointers
 _FP8_TAIL = struct.Struct("<q")            # after the 2 pointers
@@ -500,7 +499,7 @@ def plan_siblings(nodes, device):
     one batch, x read in place; else None (each runs alone)."""
     if nodes and nodes[0].prim == "Add":
         return _plan_rms_chain(nodes, device)
-    if nodes and nodes[0].prim == "Compiled":
+    if nodes and nodes[-1].prim == "Compiled":
         return _plan_glu(nodes, device)
     ps = [_problem(n, gather=False) for n in nodes]
     if len(ps) < 2 or len(ps) > 1 + QSIBS or any(p is None for p in ps):
@@ -520,7 +519,8 @@ def _plan_rms_chain(nodes, device):
     """[Add, RMSNorm of its sum, 1-3 QuantizedMatmuls of the norm's output] (the evaluator's
     CHAINS: a transformer block's residual add, its next norm and the projections after it)
     as one qmv_h2n launch: each block makes the norm's row itself before its products, block
-    (0, 0) writes the sum and the norm's output (later nodes read them). A decode row only
+    (0, 0) writes the sum and the norm's output (later nodes read them). With a gate and up
+    and their swiglu as the projections (a tail): qmv_h2ng, both. A decode row only
     (one row of x, no batch) where the projections alone would be one qmv_h2 launch and the
     norm's row fits the shared memory beside the staged x; else None (the pair and the
     projections run as before)."""
@@ -528,11 +528,13 @@ def _plan_rms_chain(nodes, device):
 
     head = norm.chain_head(nodes)
     qs = nodes[2:]
-    if head is None or len(qs) > 1 + QSIBS or any(q.prim != "QuantizedMatmul" for q in qs):
+    glu = bool(qs) and qs[-1].prim == "Compiled"     # gate, up and their swiglu (a tail)
+    mats = qs[:-1] if glu else qs
+    if head is None or len(mats) > 1 + QSIBS or any(q.prim != "QuantizedMatmul" for q in mats):
         return None
     y = head[0]
     n = y.shape[-1]
-    ps = [_problem(q, gather=False) for q in qs]
+    ps = [_problem(q, gather=False) for q in mats]
     if any(p is None or p.x.shape != y.shape or p.x.dtype != y.dtype or p.K != n for p in ps):
         return None
     sub = plan_siblings(qs, device) if len(qs) > 1 else _plan_qmv(ps[0], device)
@@ -541,48 +543,46 @@ def _plan_rms_chain(nodes, device):
     (lau,) = sub.steps
     t = _table()
     dt, bits, W = y.dtype, ps[0].fmt.bits, wave_width(device)
-    if lau.kernel != t.qmv_h2_name(kt, bits, dt, W):
+    if lau.kernel != (t.qmv_h2g_name if glu else t.qmv_h2_name)(kt, bits, dt, W):
         return None
     smem = _pro_offset(n // 32) + n * ITEM[dt]
     if smem > dynamic_smem(device, QMV_H2_STATIC_SMEM):
         return None
-    return Plan((norm.with_prologue(head, lau, t.qmv_h2n_name(kt, bits, dt, W), smem),))
+    name = (t.qmv_h2ng_name if glu else t.qmv_h2n_name)(kt, bits, dt, W)
+    return Plan((norm.with_prologue(head, lau, name, smem),))
 
 
-def pair_ok(first, second) -> bool:
-    """Whether the evaluator pairs graph nodes (prim, params, ins, outs) ``first`` and ``second``
-    (PAIRS_AFTER) at all: a Compiled node only when it is a SwiGLU (a pair keeps its second
-    from sibling groups, so other Compiled nodes stay out)."""
-    return first[0] != "Compiled" or compiled.swiglu_gate(first[1]) is not None
+def tail_ok(tail) -> bool:
+    """Whether the evaluator tries graph node (prim, params, ins, outs) ``tail``, which reads
+    the outputs of a sibling group in the group's order, with the group (TAILS_AFTER): a
+    Compiled node only when it is a SwiGLU whose gate is its first input (the group's first)."""
+    return tail[0] == "Compiled" and compiled.swiglu_gate(tail[1]) == 0
 
 
 def _plan_glu(nodes, device):
-    """[Compiled SwiGLU, QuantizedMatmul of its output] (mlx-lm's MLP: down_proj(swiglu(gate,
-    up))) as one qmv_h2g launch: each block makes x = silu(gate) * up as it stages it (no
-    separate elementwise launch, x not read back), block (0, 0) stores the product (the
-    Compiled node's output). A decode row only (one row of x, no batch) where the projection
-    alone is one qmv_h2 launch; else None (the two run as before)."""
-    c, qn = nodes
-    gi = compiled.swiglu_gate(c.params)
-    if gi is None or len(c.ins) != 2 or len(c.outs) != 1:
+    """[gate, up, Compiled swiglu of the two] (mlx-lm's MLP: swiglu(gate_proj(x), up_proj(x)),
+    the evaluator's tail of a sibling group) as one qmv_h2g launch: the siblings' qmv_h2 launch
+    whose blocks each take a row block of the gate and the same of the up, and store
+    silu(gate) * up of those rows too (no launch, nor a read of gate and up, for the swiglu).
+    Where the two alone are one qmv_h2 launch of equal rows and the swiglu's output is theirs
+    in shape and dtype; else None (the group and the swiglu run apart)."""
+    *qs, c = nodes
+    if len(qs) != 2 or compiled.swiglu_gate(c.params) != 0 or len(c.ins) != 2 or len(c.outs) != 1:
         return None
-    y, dt = c.outs[0], c.outs[0].dtype
-    p = _problem(qn, gather=False)
-    if p is None or p.x.shape != y.shape or p.x.dtype != dt or y.size != p.K or p.M != 1:
+    g, u = qs
+    if g.out.shape != u.out.shape or c.out.shape != g.out.shape or c.out.dtype != g.out.dtype:
         return None
-    if any(lay.dtype != dt or lay.shape != y.shape or not lay.row_contiguous for lay in c.ins):
-        return None
-    sub = _plan_qmv(p, device)
+    sub = plan_siblings(qs, device)
     if sub is None or len(sub.steps) != 1 or sub.temps:
         return None
     (lau,) = sub.steps
+    p = _problem(g, gather=False)
     t = _table()
-    bits, W = p.fmt.bits, wave_width(device)
+    bits, dt, W = p.fmt.bits, g.out.dtype, wave_width(device)
     if lau.kernel != t.qmv_h2_name(kt, bits, dt, W):
         return None
-    refs = (inp(gi), inp(1 - gi), out(0)) + _plan.regroup(lau.refs, len(c.ins), len(c.outs))
     return Plan((Launch(lau.family, t.qmv_h2g_name(kt, bits, dt, W), lau.grid, lau.block, lau.shared_mem,
-                        3 + lau.n_ptrs, lau.tail, refs),))
+                        1 + lau.n_ptrs, lau.tail, (out(2),) + lau.refs),))
 
 
 def _pro_offset(chunks: int) -> int:
