@@ -605,20 +605,10 @@ enum : int { kPlainX = 0, kRmsX = 1 };
 // Glu: the GLU epilogue (quantized_args.h: QmvGlu; qmv_h2g, qmv_h2ng): the matrix and its one
 // sibling are an MLP's gate and up of equal rows; a block takes row block j of both, one after
 // the other, and also stores silu(gate) * up of its rows (the swiglu node after them).
-// Two variants for the per-launch cost (session 29; instantiated only by tools/qmv_mma.cu,
-// not yet timed on a GPU, so the package keeps both off):
-// Spread (k split 1, at least one row group a wave): each wave takes every (NW * blocks)-th
-//   row group, waves numbered across blocks first, instead of a block taking whole row blocks
-//   in turn, so the last partial round (8b gate+up: 3.4 rounds run as 4) is shared by every
-//   multiprocessor.
-// Prime: the whole ring of S chunks loaded before x is staged (at k = 4096 and a k split of 2,
-//   all of a lane's chunks: one DRAM latency a row block, not two), each stage refilled once
-//   summed.
 template <typename T, int B, int W, int Pro = kPlainX, int R = H2Fmt<B>::R, int NW = qmv_h2_groups<W>,
-          int S = kQmvH2Stages, bool Spread = false, bool Prime = false, bool Glu = false>
+          int S = kQmvH2Stages, bool Glu = false>
 MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& sr, const RmsPro* pro = nullptr,
                         const RmsProShape* ps = nullptr, T* glu_out = nullptr) {
-  static_assert(!(Glu && Spread), "the GLU epilogue takes whole row blocks");
   const int lane = wave_lane<W>(), wave = wave_index<W>();
   const unsigned M = (unsigned)a.m;
   const unsigned m = blockIdx.x % M;
@@ -633,11 +623,8 @@ MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& 
   const long long nrb = (N0 + block_rows - 1) / block_rows + (N1 + block_rows - 1) / block_rows +
                         (N2 + block_rows - 1) / block_rows;
   const long long nblk = gridDim.x / M;
-  // units of work: row blocks of the block, or (Spread) row groups of the wave
-  const long long unit_rows = Spread ? R : block_rows;
-  const long long nunits = Spread ? nrb * (NW / ks) : Glu ? (N0 + block_rows - 1) / block_rows : nrb;
-  const long long u0 = Spread ? wave * nblk + blockIdx.x / M : blockIdx.x / M;
-  const long long ustep = Spread ? NW * nblk : nblk;
+  // row blocks (Glu: the gate's, each with the up's of the same rows), every nblk-th a block
+  const long long nunits = Glu ? (N0 + block_rows - 1) / block_rows : nrb;
   const uint32_t c0 = (uint32_t)(lane + kpart * W);
   for (long long b = blockIdx.y; b < a.batch; b += gridDim.y) {
     const QmvBatch<T, T> q = qmv_batch<T, T, true>(a, b);
@@ -650,14 +637,14 @@ MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& 
     H2Load<T, B, R> L[S];
     bool staged = false;
 #pragma unroll 1
-    for (long long u = u0; u < nunits; u += ustep) {
+    for (long long u = blockIdx.x / M; u < nunits; u += nblk) {
       const long long e1 = (N0 + block_rows - 1) / block_rows * block_rows;
       const long long e2 = e1 + (N1 + block_rows - 1) / block_rows * block_rows;
       float vg[R];   // (Glu) the gate's sums of the row block
 #pragma unroll 1
       for (int mat = 0; mat < (Glu ? 2 : 1); ++mat) {
         // the unit's first row over the three matrices (Glu: the gate's, then the up's)
-        const long long grow = u * unit_rows + (mat ? e1 : 0);
+        const long long grow = u * block_rows + (mat ? e1 : 0);
         const H2Seg<T> sg = grow < e1 ? H2Seg<T>{q.w, q.s, q.b, (T*)a.out + (b * M + m) * N0, 0, N0}
                           : grow < e2 ? H2Seg<T>{(const uint32_t*)sib.w[0], (const T*)sib.scales[0],
                                                  (const T*)sib.biases[0], (T*)sib.out[0] + m * N1, e1, N1}
@@ -666,18 +653,18 @@ MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& 
         const long long N = sg.rows;
         const bool wvec = a.w_vec && aligned(sg.w, chunk_align<B>());
         const QmvRows<T, T> rows{sg.w, sg.s, sg.b, xb, a.w_row, a.s_row, a.b_row, a.group_shift, wvec, xvec};
-        const long long row0 = grow - sg.first + (Spread ? 0 : (long long)(wave / ks) * R);
+        const long long row0 = grow - sg.first + (long long)(wave / ks) * R;
         // rows past the end read the last row (valid memory); their sums are never stored
         H2Rows<R> o;
-  #pragma unroll
+#pragma unroll
         for (int r = 0; r < R; ++r) {
           const uint32_t n = (uint32_t)(row0 + r < N ? row0 + r : N - 1);
           o.w[r] = n * (uint32_t)a.w_row;
           o.s[r] = n * (uint32_t)a.s_row;
           o.b[r] = n * (uint32_t)a.b_row;
         }
-  #pragma unroll
-        for (int st = 0; st < (Prime ? S : S - 1); ++st) {
+#pragma unroll
+        for (int st = 0; st < S - 1; ++st) {
           const uint32_t cs = c0 + st * step;
           qmv_h2_load<T, B, R>(L[st], rows, o, cs < nch ? cs : last);
         }
@@ -696,61 +683,60 @@ MLXA_DEVICE void qmv_h2(const QmvSibs& sib, const QmvArgs& a, const QmvSibRows& 
           staged = true;
         }
         float acc[R];
-  #pragma unroll
+#pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.0f;
         if (bad || !wvec) {
           // qmv's float path, RF rows a pass (AMD: one, the rare path's registers would
           // otherwise set the kernel's and spill on gfx1151/gfx12)
           constexpr int RF = MLXA_PLATFORM_NVIDIA ? R : 1;
-  #pragma unroll
+#pragma unroll
           for (int r0 = 0; r0 < R; r0 += RF) {
             long long rn[RF];
             float part[RF];
-  #pragma unroll
+#pragma unroll
             for (int j = 0; j < RF; ++j) {
               rn[j] = row0 + r0 + j < N ? row0 + r0 + j : N - 1;
               part[j] = 0.0f;
             }
-  #pragma unroll 1
+#pragma unroll 1
             for (long long c = c0; c < nch; c += step) qmv_steps<T, B, kAffine, RF, 1>(part, rows, rn, c, step);
-  #pragma unroll
+#pragma unroll
             for (int j = 0; j < RF; ++j) acc[r0 + j] = part[j];
           }
         } else {
           uint32_t c = c0;
-  #pragma unroll 1
+#pragma unroll 1
           while (c < nch) {
-  #pragma unroll
+#pragma unroll
             for (int st = 0; st < S; ++st) {
               // past the end: reload the last chunk (cached; a branch kept the old stage live
-              // and spilled). Prime: the stage just summed takes the chunk S steps on.
-              const uint32_t cn = c + (Prime ? S : S - 1) * step;
-              if constexpr (!Prime) qmv_h2_load<T, B, R>(L[(st + S - 1) % S], rows, o, cn < nch ? cn : last);
+              // and spilled)
+              const uint32_t cn = c + (S - 1) * step;
+              qmv_h2_load<T, B, R>(L[(st + S - 1) % S], rows, o, cn < nch ? cn : last);
               qmv_h2_sum<T, B, R>(acc, L[st], xs, nch, c);
-              if constexpr (Prime) qmv_h2_load<T, B, R>(L[st], rows, o, cn < nch ? cn : last);
               c += step;
               if (c >= nch) break;
             }
           }
         }
         float v[R];
-  #pragma unroll
+#pragma unroll
         for (int r = 0; r < R; ++r) v[r] = wave_reduce<W>(acc[r], [](float p, float q) { return p + q; });
         if (ks > 1) {
           if (lane == 0) {
-  #pragma unroll
+#pragma unroll
             for (int r = 0; r < R; ++r) partial[wave][r] = v[r];
           }
           sync_block();
           if (kpart == 0 && lane == 0) {
-  #pragma unroll
+#pragma unroll
             for (int r = 0; r < R; ++r)
               for (int j = 1; j < ks; ++j) v[r] += partial[wave + j][r];
           }
           sync_block();   // partial is reused by the next row block
         }
         if (kpart == 0 && lane == 0) {
-  #pragma unroll
+#pragma unroll
           for (int r = 0; r < R; ++r)
             if (row0 + r < N) sg.out[row0 + r] = cast<T>(v[r]);
         }
@@ -1337,14 +1323,14 @@ MLXA_DEVICE void qdq(const QdqArgs& a) {
   name(QmvGlu g, QmvSibs s, QmvArgs a, QmvSibRows r) {                                   \
     MLXA_WAVE_KERNEL_BODY(W, (mlxa::q::qmv_h2<T, B, W, mlxa::q::kPlainX, mlxa::q::H2Fmt<B>::R,      \
                                              mlxa::q::qmv_h2_groups<W>, mlxa::q::kQmvH2Stages,   \
-                                             false, false, true>(s, a, r, nullptr, nullptr, (T*)g.out))) \
+                                             true>(s, a, r, nullptr, nullptr, (T*)g.out)))              \
   }
 #define MLXA_QMV_H2NG(name, T, B, W)                                                     \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS_MIN(mlxa::q::kQmvH2Threads, 2)                     \
   name(RmsPro p, QmvGlu g, QmvSibs s, QmvArgs a, QmvSibRows r, RmsProShape ps) {         \
     MLXA_WAVE_KERNEL_BODY(W, (mlxa::q::qmv_h2<T, B, W, mlxa::q::kRmsX, mlxa::q::H2Fmt<B>::R,        \
                                              mlxa::q::qmv_h2_groups<W>, mlxa::q::kQmvH2Stages,   \
-                                             false, false, true>(s, a, r, &p, &ps, (T*)g.out)))  \
+                                             true>(s, a, r, &p, &ps, (T*)g.out)))               \
   }
 #define MLXA_QMV_MMA(name, T, G)                                                           \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(mlxa::q::kQmvMmaThreads) name(QmvArgs a) { mlxa::q::qmv_mma<T, G>(a); }

@@ -180,7 +180,9 @@ MLXA_DEVICE void combine_splits(const SdpaDecodeArgs& a, int rows_here, const Ou
     const int r = r0 + sub < rows_here ? r0 + sub : rows_here - 1;
     const int64_t orow = out_row(r);
     const int h = (int)((orow / a.Lq) % a.Hq);
-    const bool sink = a.sink_kind != MLXA_SDPA_SINK_NONE;
+    // the sink's (logit, 1) enters once: in lane 0's pair, before the splits' (each lane's
+    // start is merged into every other by the shuffles)
+    const bool sink = a.sink_kind != MLXA_SDPA_SINK_NONE && sl == 0;
     float M = sink ? sink_logit<T>(a.sink_kind, a.sinks, h * a.sink_stride) : neg_inf();
     float L = sink ? 1.0f : 0.0f;
     for (int sp = sl; sp < n; sp += 32) {

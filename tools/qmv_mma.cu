@@ -25,8 +25,9 @@
 //   H2ONLY=1: qmv_h2 rows only. An A/B of qmv_h2 against an older quantized.hip in one run:
 //   git show REV:hip_kernels/quantized.hip, cut after "}  // namespace mlxa", rename "namespace q {"
 //   and "mlxa::q::" to q_old, and add -DQMV_H2_OLD='"<that file>"' to the build line.
-//   Rows "h2 prime", "h2 spread", "h2 spread prime": qmv_h2's Prime and Spread variants (off in
-//   the package until timed here); "h2 S1", "h2 S1 prime": one stage, as the AMD build has it.
+//   Row "h2 S1": one stage, as the AMD build has it. (Session 30 timed two variants for the
+//   per-launch cost here, a wave-spread last round and the whole ring loaded before x's staging:
+//   within -3 / +8 % of the default, neither a winner; removed, benchmarks/results/qmv_h2_variants-h200.txt.)
 #include <cuda_bf16.h>
 
 #include "quantized.hip"
@@ -203,9 +204,9 @@ __global__ void __launch_bounds__(128) qmv_pkg_mma(QmvArgs a) { mlxa::q::qmv_mma
 // qmv_h2 (packed half math, x staged in shared memory) with R rows per wave and NW waves a block.
 // The sibling structs are kernel arguments, as in the package (a local copy indexed at run time
 // would live in local memory).
-template <int R, int NW, int S = 2, int MINB = 2, bool SPREAD = false, bool PRIME = false>
+template <int R, int NW, int S = 2, int MINB = 2>
 __global__ void __launch_bounds__(NW * 32, MINB) qmv_h2_k(QmvSibs s, QmvArgs a, QmvSibRows r) {
-  mlxa::q::qmv_h2<bf, 4, 32, mlxa::q::kPlainX, R, NW, S, SPREAD, PRIME>(s, a, r);
+  mlxa::q::qmv_h2<bf, 4, 32, mlxa::q::kPlainX, R, NW, S>(s, a, r);
 }
 #ifdef QMV_H2_OLD
 // An earlier qmv_h2 for an A/B in one run: QMV_H2_OLD names a copy of an older quantized.hip
@@ -284,14 +285,8 @@ int main() {
       }, ks_max);
     };
     h2_run(qmv_h2_k<4, 8>, 4, 8, "h2 R4 NW8 P2");
-    // the kernel's Spread and Prime variants (quantized.hip; Spread takes k split 1 only)
-    h2_run(qmv_h2_k<4, 8, 2, 2, false, true>, 4, 8, "h2 prime");
-    h2_run(qmv_h2_k<4, 8, 2, 2, true>, 4, 8, "h2 spread", -1, 1);
-    h2_run(qmv_h2_k<4, 8, 2, 2, true, true>, 4, 8, "h2 spread prime", -1, 1);
     // one stage, as AMD builds it (kQmvH2Stages): there the first loads wait for x's staging
-    // unless primed
     h2_run(qmv_h2_k<4, 8, 1>, 4, 8, "h2 S1");
-    h2_run(qmv_h2_k<4, 8, 1, 2, false, true>, 4, 8, "h2 S1 prime");
 #ifdef QMV_H2_OLD
     h2_run(qmv_h2_old_k<4, 8>, 4, 8, "h2-old R4 NW8 P2");
 #endif

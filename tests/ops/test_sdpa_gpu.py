@@ -188,6 +188,7 @@ MANY_SPLITS = [
     (1, 8, 2, 1, 2048, 128, None, "causal", True, None, True, "bfloat16"),   # 2 lanes a quad, 4 rounds
     (1, 6, 2, 1, 2000, 64, None, None, False, None, False, "float16"),       # 3 rows a chunk, 4 lanes
     (1, 4, 4, 1, 1500, 96, None, "window", False, 3000, False, "float32"),   # one row, -inf splits
+    (1, 8, 8, 1, 200, 96, None, None, True, None, True, "float32"),          # few keys: the sink weighs
 ]
 
 
