@@ -80,6 +80,27 @@ def _run_steps(rt, step, args, ref, steps=6, tol=TOL, compare=None):
     return launches, ev.replays - replays0, ev.replay_python - back0
 
 
+def _on_then_off(rt, monkeypatch, table, step, args, ref, compare, prims):
+    """Run the steps with the grouping as it is, then with the evaluator's ``table``
+    (CHAINS, TAILS) emptied, each from a fresh recording: both compare every step, the first
+    replays natively with nothing back in Python, and ``prims`` ran on the GPU only. Returns
+    the launches Python made per first-sighting evaluation, on and off."""
+    from mlx_amd.runtime import evaluator as E
+
+    launches, replays, back = _run_steps(rt, step, args, ref, compare=compare)
+    assert launches[0] == launches[1] and replays == 4 and back == 0, (launches, replays, back)
+    by = rt.evaluator.stats.by_prim
+    assert all(by[p]["cpu"] == 0 for p in prims), {p: by[p] for p in prims}
+    monkeypatch.setattr(E, table, {})
+    ev = rt.evaluator
+    ev.drop_programs()
+    ev._seen.clear()
+    ev._sib_groups.clear()
+    off, _, back = _run_steps(rt, step, args, ref, compare=compare)
+    assert off[0] == off[1] and back == 0, off
+    return launches[0], off[0]
+
+
 @pytest.fixture(params=[False, True], ids=["eager", "graphs"])
 def graphs(request, gpu_runtime, monkeypatch):
     ev = gpu_runtime.evaluator
@@ -314,22 +335,12 @@ def test_residual_norm_projections_chain(gpu_runtime, graphs, monkeypatch, dt, b
                 want_j = (y.astype(F32) @ weight(qs, j).T).astype(dtype)
                 assert_close(got[2 + j], want_j, f"step {t}: product {j}", *(QTOL if bits else TOL)[dtype])
 
-    launches, replays, back = _run_steps(gpu_runtime, step, [(K, dtype, L), r, w] + qs, ref, compare=compare)
     # x * 64 and h * 2 besides the chain's one launch; nothing handed back to Python
-    assert launches[0] == launches[1] and replays == 4 and back == 0, (launches, replays, back)
-    on = launches[0]
-    by = gpu_runtime.evaluator.stats.by_prim
-    assert by["QuantizedMatmul"]["cpu"] == 0 and by["mlx_amd::RMSNorm"]["cpu"] == 0
-    monkeypatch.setattr(E, "CHAINS", {})
-    ev = gpu_runtime.evaluator
-    ev.drop_programs()
-    ev._seen.clear()
-    ev._sib_groups.clear()
-    launches, _, back = _run_steps(gpu_runtime, step, [(K, dtype, L), r, w] + qs, ref, compare=compare)
-    assert launches[0] == launches[1] and back == 0, launches
+    on, off = _on_then_off(gpu_runtime, monkeypatch, "CHAINS", step, [(K, dtype, L), r, w] + qs, ref, compare,
+                           ("QuantizedMatmul", "mlx_amd::RMSNorm"))
     # one launch fewer for one row; none for two (the projections then as qmv_h2 or qmv_mma
     # would take them, with or without siblings)
-    assert on == launches[0] - (L == 1) and (L > 1 or on == 3), (on, launches)
+    assert on == off - (L == 1) and (L > 1 or on == 3), (on, off)
 
 
 
@@ -346,7 +357,6 @@ def test_swiglu_tail(gpu_runtime, graphs, monkeypatch, dt, bits, gs, K, N, chain
     launch, at the first sightings and in native replays: gate and up are the float32
     products of x within QTOL and the swiglu equals MLX's CPU swiglu of those gate and up;
     the down projection follows from it. With the tails off: the swiglu's own launches more."""
-    from mlx_amd.runtime import evaluator as E
 
     dtype = {"bf16": mx.bfloat16, "f16": mx.float16}[dt]
     mx.random.seed(3)
@@ -388,19 +398,9 @@ def test_swiglu_tail(gpu_runtime, graphs, monkeypatch, dt, bits, gs, K, N, chain
 
     args = [(K, dtype), r, w] + qs
     nothing = lambda *a: []   # noqa: E731  (compare builds its references from the outputs)
-    launches, replays, back = _run_steps(gpu_runtime, step, args, nothing, compare=compare)
-    assert launches[0] == launches[1] and replays == 4 and back == 0, (launches, replays, back)
-    on = launches[0]
-    by = gpu_runtime.evaluator.stats.by_prim
-    assert by["QuantizedMatmul"]["cpu"] == 0 and by["Compiled"]["cpu"] == 0
-    monkeypatch.setattr(E, "TAILS", {})
-    ev = gpu_runtime.evaluator
-    ev.drop_programs()
-    ev._seen.clear()
-    ev._sib_groups.clear()
-    launches, _, back = _run_steps(gpu_runtime, step, args, nothing, compare=compare)
-    assert launches[0] == launches[1] and back == 0, launches
+    on, off = _on_then_off(gpu_runtime, monkeypatch, "TAILS", step, args, nothing, compare,
+                           ("QuantizedMatmul", "Compiled"))
     # (x * 64 and the chain or) gate, up and swiglu as one; the down projection: the swiglu
     # alone takes one launch or more (node by node where the driver compiles no generated
     # kernels: the emulator)
-    assert on == 2 + chain and launches[0] >= on + 1, (on, launches)
+    assert on == 2 + chain and off >= on + 1, (on, off)
