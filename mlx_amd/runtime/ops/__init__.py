@@ -70,35 +70,34 @@ def sibling_table(dispatch: dict) -> dict:
             if prim in getattr(mod, "SIBLINGS", ()) and hasattr(mod, "plan_siblings")}
 
 
-def pair_table(dispatch: dict) -> dict:
-    """(primitive, primitive of a node reading its output) -> the family module that plans
-    the two as one (its ``PAIRS_AFTER`` and ``plan_siblings``), where ``dispatch`` routes
-    both primitives to GPU families."""
+def _after_table(dispatch: dict, attr: str, own_first: bool) -> dict:
+    """(first primitive, second primitive) -> family module, from each planning module's
+    ``attr`` ({first: (second, ...)}) where ``dispatch`` routes both (the first to that very
+    module when ``own_first``)."""
     out = {}
     for mod in set(dispatch.values()):
         if not hasattr(mod, "plan_siblings"):
             continue
-        for first, seconds in getattr(mod, "PAIRS_AFTER", {}).items():
+        for first, seconds in getattr(mod, attr, {}).items():
             for second in seconds:
-                if first in dispatch and second in dispatch:
+                if (dispatch.get(first) is mod if own_first else first in dispatch) and second in dispatch:
                     out[(first, second)] = mod
     return out
+
+
+def pair_table(dispatch: dict) -> dict:
+    """(primitive, primitive of a node reading its output) -> the family module that plans
+    the two as one (its ``PAIRS_AFTER`` and ``plan_siblings``), where ``dispatch`` routes
+    both primitives to GPU families."""
+    return _after_table(dispatch, "PAIRS_AFTER", False)
 
 
 def tail_table(dispatch: dict) -> dict:
     """(primitive of a sibling group, primitive of a node reading the group's outputs) -> the
     family module that plans the group with that node as one (its ``TAILS_AFTER`` and
     ``plan_siblings``, ``tail_ok`` picking the nodes: an MLP's gate and up, then their
-    swiglu), where ``dispatch`` routes both to it."""
-    out = {}
-    for mod in set(dispatch.values()):
-        if not hasattr(mod, "plan_siblings"):
-            continue
-        for first, tails in getattr(mod, "TAILS_AFTER", {}).items():
-            for tail in tails:
-                if dispatch.get(first) is mod and tail in dispatch:
-                    out[(first, tail)] = mod
-    return out
+    swiglu), where ``dispatch`` routes the group's primitive to it and the node's to a family."""
+    return _after_table(dispatch, "TAILS_AFTER", True)
 
 
 def twin_table(dispatch: dict) -> dict:

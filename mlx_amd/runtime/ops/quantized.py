@@ -576,9 +576,8 @@ def _plan_glu(nodes, device):
     if sub is None or len(sub.steps) != 1 or sub.temps:
         return None
     (lau,) = sub.steps
-    p = _problem(g, gather=False)
     t = _table()
-    bits, dt, W = p.fmt.bits, g.out.dtype, wave_width(device)
+    bits, dt, W = g.params[1], g.out.dtype, wave_width(device)   # (group size, bits, mode, transpose)
     if lau.kernel != t.qmv_h2_name(kt, bits, dt, W):
         return None
     return Plan((Launch(lau.family, t.qmv_h2g_name(kt, bits, dt, W), lau.grid, lau.block, lau.shared_mem,
