@@ -125,6 +125,9 @@ def main():
     ap.add_argument("--glu-ab", type=int, default=0, metavar="ROUNDS",
                     help="as --siblings-ab with only the tails (an MLP's quantized gate and up "
                          "with their swiglu) switched")
+    ap.add_argument("--launcher-ab", type=int, default=0, metavar="ROUNDS",
+                    help="in one process, for eager launches and for graphs, ROUNDS rounds of "
+                         "--steps pipelined steps with the launch thread off, then on")
     ap.add_argument("--phases", action="store_true",
                     help="also time the evaluator's phases of the pipelined steps (ms per step, "
                          "in 'phases_ms'; the timers add a little to queue)")
@@ -207,6 +210,29 @@ def main():
             y, r["sync_ms"] = synced(y, a.steps // 2)
             rows[m].append(r)
         print(json.dumps({"shape": a.shape, "bits": a.bits, **rows}), flush=True)
+        return
+    if a.launcher_ab:
+        from mlx_amd.runtime.context import get_runtime
+
+        ev = get_runtime().evaluator
+        if not ev.threaded:
+            raise SystemExit("--launcher-ab: the launch thread is not running (MLX_AMD_LAUNCH_THREAD=0?)")
+        rows = {}
+        for launch in ("eager", "graphs"):
+            ev.graphs = launch == "graphs"
+            r = rows[launch] = {"off": [], "on": [], "queue_off": [], "queue_on": []}
+            for _ in range(a.launcher_ab):
+                for mode in ("off", "on"):
+                    mx.synchronize()
+                    ev.threaded = mode == "on"
+                    for _ in range(4):
+                        y = step(y)
+                        mx.eval(y)
+                    y, p = pipelined(y, a.steps)
+                    r[mode].append(p["tok_s"])
+                    r["queue_" + mode].append(p["queue_ms"])
+            r["median"] = {m: statistics.median(r[m]) for m in ("off", "on")}
+        print(json.dumps({"shape": a.shape, "bits": a.bits, "switched": "launch thread", **rows}), flush=True)
         return
     n_ab = a.siblings_ab or a.twins_ab or a.chains_ab or a.glu_ab
     if n_ab:

@@ -19,6 +19,8 @@ API (see ``src/bridge/graph.h``):
   set_graph_segments(), graph_segments()
                         replayed launches as CUDA/HIP graphs (src/bridge/graphexec.h)
   launch(), launch_refs(), launch_repeat()  a kernel launch (or many) through the driver entry point
+  launcher_start(), launcher_stop(), launcher_wait(), launcher_failure(), launcher_stats()
+                        the launch thread that issues replays' launches (src/bridge/launcher.h)
   drain_freed()         tokens of attached buffers MLX let go of since the last call
   live()                (count, bytes) of attached buffers not yet freed
   expired()             keys of watched buffers that died since the last call
@@ -109,7 +111,14 @@ set_graph_after = _bridge.set_graph_after
 graph_after = _bridge.graph_after
 set_graph_segments = _bridge.set_graph_segments
 graph_segments = _bridge.graph_segments
+launcher_start = _bridge.launcher_start
+launcher_stop = _bridge.launcher_stop
+launcher_wait = _bridge.launcher_wait
+launcher_failure = _bridge.launcher_failure
+launcher_stats = _bridge.launcher_stats
+raw = _bridge   # the extension module itself (the driver's launch-thread hooks call it directly)
 
 __all__ = ["Graph", "versions", "probe", "buffer_info", "drain_freed", "live", "expired", "launch", "launch_repeat", "launch_refs", "Program", "ConstCache", "Pool", "Outputs", "set_graph_api", "graph_api_shutdown", "graph_stats", "set_graph_after", "graph_after",
-           "set_graph_segments", "graph_segments",
+           "set_graph_segments", "graph_segments", "launcher_start", "launcher_stop", "launcher_wait",
+           "launcher_failure", "launcher_stats", "raw",
            "check_versions", "check_abi", "MLX_VERSION"]

@@ -123,6 +123,8 @@ def _resolve(ref, in_ptrs, out_ptrs, temps, zero):
 
 
 _GRAPH_EXIT = [False]   # graph_api_shutdown registered with atexit
+_LAUNCHER_EXIT = [False]   # launcher_stop registered with atexit
+LAUNCH_THREAD_ENV = "MLX_AMD_LAUNCH_THREAD"
 
 
 # Every live evaluator's residency. The bridge's queue of freed tokens is process-wide
@@ -227,6 +229,7 @@ class Evaluator:
         self._sibs = None
         self._gpu_counts = {}              # GPU nodes per primitive since the last _flush_counts
         self.graphs, self.graphs_selftest = self._resolve_graphs()
+        self.threaded = self._start_launcher()
         # A program gets its graph only after this many eager replays: on the H200 a build
         # costs ~2 µs per kernel node (1.8 ms for a llama-1b decode step) and a graph launch
         # saves ~1 µs per node (decode_graphs-h200.json), so building after two eager replays
@@ -278,6 +281,41 @@ class Evaluator:
         if mode == "1" and self.driver.platform == "nvidia":
             return True, False
         return False, True
+
+    def _start_launcher(self) -> bool:
+        """Whether replays post their launches to the launch thread (src/bridge/launcher.h),
+        from ``MLX_AMD_LAUNCH_THREAD``: 1 (default) where the driver gives its entry points,
+        0: replays issue their own launches (the way before session 31)."""
+        mode = os.environ.get(LAUNCH_THREAD_ENV, "1").strip()
+        if mode not in ("0", "1"):
+            raise ValueError(f"{LAUNCH_THREAD_ENV}={mode!r}: expected 0 or 1")
+        entries = self.driver.launcher_entries() if mode == "1" and self.replay else None
+        if entries is None:
+            return False
+        _bridge.launcher_start(**entries)
+        self.driver.launcher = _bridge.raw
+        if not _LAUNCHER_EXIT[0]:
+            # registered after graph_api_shutdown, so it runs first: nothing posted is left
+            # when the graphs and the driver go away
+            atexit.register(_bridge.launcher_stop)
+            _LAUNCHER_EXIT[0] = True
+        return True
+
+    def _drain(self) -> None:
+        """Wait until the launch thread issued everything posted; raise its first failure
+        (the error of an asynchronous evaluation, as a launch here would have raised it)."""
+        if not self.threaded:
+            return
+        _bridge.launcher_wait()
+        f = _bridge.launcher_failure()
+        if f is None:
+            return
+        status, what, fn, grid, block, args, shared_mem = f
+        if what == "kernel launch":
+            self.driver.launch_failed(status, ctypes.c_void_p(fn), grid, block, args, shared_mem, self.stream)
+        self.driver.check(status, {"graph launch": "graph_launch", "copy": "memcpy_dtoh_async",
+                                   "event record": "event_record"}.get(what, what))
+        raise RuntimeError(f"mlx-amd: the launch thread's {what} failed with status {status}")
 
     def graph_selftest(self) -> bool:
         """Evaluate a chain of about ten distinct kernels (ROCm's bug showed past about three
@@ -333,6 +371,7 @@ class Evaluator:
         array methods, later evaluations, the CPU fallback) waits for exactly that work.
         Errors of an asynchronous evaluation surface at the next read or synchronize."""
         with self.lock:
+            self._drain()
             self.raise_deferred()
             # an array async_eval queued is done when eval returns; a stale host copy stays
             # stale until something reads it
@@ -386,6 +425,7 @@ class Evaluator:
     def synchronize(self):
         """Wait for all queued work; raise an asynchronous evaluation's deferred error."""
         with self.lock:
+            self._drain()
             if self.stream is not None:
                 self.driver.stream_synchronize(self.stream)
                 self.residency.synchronized()
@@ -889,7 +929,7 @@ class Evaluator:
             written, python_nodes = g.replay(
                 prog, leaf_dev, res.outputs, arena.data if arena is not None else 0,
                 self.native._entry, self.native._end, stream.value if stream is not None else 0,
-                node_cb, error_cb, self.graphs)
+                node_cb, error_cb, self.graphs, self.threaded)
         finally:
             self._sibs = saved_sibs
             self._flush_counts(g)   # the nodes handed back to _node

@@ -60,7 +60,7 @@ class Graph {
   nb::tuple replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
                    uintptr_t arena, uintptr_t entry, intptr_t param_end,
                    uintptr_t stream, nb::callable node_cb,
-                   nb::callable error_cb, bool graphs);
+                   nb::callable error_cb, bool graphs, bool threaded);
 
  private:
   // replay: make the view producing `slot` now (and the views it reads), as the program

@@ -1,5 +1,6 @@
 // Replayed launches as one CUDA/HIP graph (graphexec.h).
 #include "graphexec.h"
+#include "launcher.h"
 
 #include <chrono>
 #include <cstring>
@@ -110,7 +111,10 @@ void GraphSegment::release() {
 
 GraphSegment::~GraphSegment() { release(); }
 
-void GraphState::release() { segments.clear(); }
+void GraphState::release() {
+  launcher_quiesce();   // the launch thread may be issuing one of them (a no-op on it)
+  segments.clear();
+}
 
 bool GraphState::has_graph() const {
   for (auto& s : segments) {

@@ -11,6 +11,7 @@
 #include "fast.h"
 #include "pool.h"
 #include "graph.h"
+#include "launcher.h"
 #include "mlx/version.h"
 
 namespace nb = nanobind;
@@ -81,6 +82,7 @@ NB_MODULE(_bridge, m) {
   mlx_amd::register_fast(m);
   mlx_amd::register_pool(m);
   mlx_amd::register_graphexec(m);
+  mlx_amd::register_launcher(m);
 
   nb::class_<Graph>(m, "Graph",
                     "One walk of the unevaluated graph behind `outputs`.")
@@ -144,11 +146,12 @@ NB_MODULE(_bridge, m) {
            "its program or ConstCache holds them")
       .def("replay", &Graph::replay, "program"_a, "leaf_dev"_a, "outputs"_a,
            "arena"_a, "entry"_a, "param_end"_a, "stream"_a, "node_cb"_a,
-           "error_cb"_a, "graphs"_a = false,
+           "error_cb"_a, "graphs"_a = false, "threaded"_a = false,
            "run the graph through a recorded program (src/bridge/replay.h); "
            "returns ([(key, lo, hi)] written, nodes run in Python); fresh output "
            "buffers come from `outputs` (an Outputs table) and stay there until adopted; "
-           "graphs: launch through the program's CUDA/HIP graph (graphexec.h)");
+           "graphs: launch through the program's CUDA/HIP graph (graphexec.h); threaded: "
+           "post the launches to the launch thread (launcher.h) instead of issuing them");
   nb::class_<mlx_amd::ConstCache>(m, "ConstCache",
                                   "device copies of small constant leaves, by their bytes "
                                   "(src/bridge/replay.h)")

@@ -1,5 +1,6 @@
 // Recording and replaying Programs (see replay.h).
 #include "replay.h"
+#include "launcher.h"
 #include "pool.h"
 
 #include <stdexcept>
@@ -386,7 +387,7 @@ bool Graph::early_view(Program& prog, int64_t slot, int depth) {
 nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
                         uintptr_t arena, uintptr_t entry, intptr_t param_end,
                         uintptr_t stream, nb::callable node_cb,
-                        nb::callable error_cb, bool graphs) {
+                        nb::callable error_cb, bool graphs, bool threaded) {
   if (prog.fingerprint() != fingerprint_ || prog.num_nodes() != nodes_.size()) {
     bad("replay: the program was made for another graph structure");
   }
@@ -429,16 +430,53 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
   // graphs (graphexec.h); anything that must run in order with them on the host side (a
   // callback, a node in Python) first issues what was collected, and the rest of this
   // replay goes eagerly.
+  LaunchThread* worker = threaded ? LaunchThread::get() : nullptr;
+  if (worker != nullptr && worker->entries().launch != entry) worker = nullptr;
+  if (worker != nullptr) worker->wait();   // (the evaluator drained it already: a no-op)
   graphs = graphs && graph_api_ready() && prog.graph().wanted();
+  // With the launch thread (launcher.h), launches are collected the same way and posted in
+  // batches (a graph segment, or kEagerBatch eager launches) for the worker to issue; what
+  // must run in order with them on this thread first posts what was collected and waits.
   std::vector<LaunchRec> pending;
   size_t segment = 0, segment_end = graphs ? segment_launches(0) : 0;
+  // eager batches: the first small, so the GPU starts while the host collects the rest
+  size_t eager_batch = 8;
+  constexpr size_t kEagerBatch = 64;
   auto report = [&](int64_t n, int status, const LaunchRec& r) {
     error_cb(n, status, r.function, nb::make_tuple(r.grid[0], r.grid[1], r.grid[2]),
              nb::make_tuple(r.block[0], r.block[1], r.block[2]),
              nb::bytes(r.args.data(), r.args.size()), r.shared_mem);
     bad("replay: a launch failed and the error callback did not raise");
   };
+  // the worker's first failure, raised here as a launch on this thread would have been
+  auto worker_failed = [&]() {
+    LaunchThread::Failure f;
+    if (worker == nullptr || !worker->take_failure(&f)) return;
+    if (f.what == "kernel launch") report(-1, f.status, f.rec);
+    if (f.what == "graph launch") {
+      error_cb(-1, f.status, uintptr_t(0), nb::make_tuple(0, 0, 0), nb::make_tuple(0, 0, 0), nb::bytes("", 0), 0);
+    }
+    bad("replay: the launch thread's " + f.what + " failed with status " + std::to_string(f.status));
+  };
+  auto post_eager = [&]() {
+    if (pending.empty()) return;
+    LaunchJob j;
+    j.kind = LaunchJob::Eager;
+    j.recs = std::move(pending);
+    j.stream = stream;
+    worker->post(std::move(j));
+    pending.clear();
+    eager_batch = kEagerBatch;
+  };
   auto issue_pending = [&]() {
+    if (worker != nullptr) {
+      // this thread is about to put work on the stream itself: everything posted goes first
+      post_eager();
+      worker->wait();
+      graphs = false;
+      worker_failed();
+      return;
+    }
     size_t failed = 0;
     int st = launch_eager(pending, 0, entry, param_end, stream, &failed);
     LaunchRec r;
@@ -448,6 +486,18 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     if (st) report(-1, st, r);
   };
   auto issue_segment = [&]() {
+    if (worker != nullptr) {
+      LaunchJob j;
+      j.kind = LaunchJob::Segment;
+      j.recs = std::move(pending);
+      j.state = prog.graph_ptr();
+      j.segment = segment;
+      j.stream = stream;
+      worker->post(std::move(j));
+      pending.clear();
+      segment_end = segment_launches(++segment);
+      return;
+    }
     const char* what = "";
     int st = graph_run(prog.graph(), segment, pending, entry, param_end, stream, &what);
     LaunchRec r;
@@ -461,7 +511,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     }
   };
   auto python = [&](int64_t n, bool rerecord) {
-    if (graphs) issue_pending();
+    if (graphs || worker != nullptr) issue_pending();
     python_nodes.append(n);
     // runs the node in Python (and finishes it); returns [(key, device address)]
     // of the buffers its outputs now use
@@ -735,7 +785,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
         ptrs.push_back(base + static_cast<uintptr_t>(off));
       }
       if (st.callback.is_valid()) {
-        if (graphs) issue_pending();
+        if (graphs || worker != nullptr) issue_pending();
         // the library called natively; its Python callable where that cannot serve
         // (less aligned addresses, a closed engine) or failed (it reports the error)
         if (!st.lib || st.lib->call(ptrs, stream) != 0) st.callback(int_tuple(ptrs));
@@ -745,7 +795,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       if (grid[0] == 0) continue;
       blob.assign(reinterpret_cast<const char*>(ptrs.data()), ptrs.size() * sizeof(uintptr_t));
       blob += rb ? rb->tail : st.tail;
-      if (graphs) {
+      if (graphs || worker != nullptr) {
         LaunchRec r;
         r.function = st.function;
         std::copy(grid, grid + 3, r.grid);
@@ -753,7 +803,11 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
         r.shared_mem = st.shared_mem;
         r.args = blob;
         pending.push_back(std::move(r));
-        if (pending.size() >= segment_end) issue_segment();
+        if (graphs) {
+          if (pending.size() >= segment_end) issue_segment();
+        } else if (pending.size() >= eager_batch) {
+          post_eager();
+        }
         continue;
       }
       size_t size = blob.size();
@@ -780,11 +834,20 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
   }
   } catch (...) {
     // nodes already finished must not stay without their kernels: issue what was collected
-    size_t failed = 0;
-    launch_eager(pending, 0, entry, param_end, stream, &failed);
+    if (worker != nullptr) {
+      post_eager();
+      worker->wait();
+    } else {
+      size_t failed = 0;
+      launch_eager(pending, 0, entry, param_end, stream, &failed);
+    }
     throw;
   }
-  if (graphs && !pending.empty()) issue_segment();
+  if (graphs && !pending.empty()) {
+    issue_segment();
+  } else if (worker != nullptr) {
+    post_eager();
+  }
   return nb::make_tuple(written, python_nodes);
 }
 

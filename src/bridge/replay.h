@@ -112,7 +112,8 @@ class Program {
   nb::list kinds() const;
   PNode& at(int64_t n, const char* what);
   const PNode& peek(size_t n) const { return nodes_[n]; }   // unchecked, for prefetching
-  GraphState& graph() { return graph_; }
+  GraphState& graph() { return *graph_; }
+  const std::shared_ptr<GraphState>& graph_ptr() const { return graph_; }
 
   // Device addresses of the resident leaves (weights, caches) Python resolved at
   // earlier replays, so a replay resolves only the others: key -> (host data pointer,
@@ -138,7 +139,9 @@ class Program {
   std::vector<PNode> nodes_;
   size_t arena_ = 0;
   uintptr_t zero_base_ = 0;
-  GraphState graph_;   // its launches as one CUDA/HIP graph (graphexec.h)
+  // its launches as CUDA/HIP graphs (graphexec.h); shared with the launch thread's jobs,
+  // which may still issue a segment after the program is dropped
+  std::shared_ptr<GraphState> graph_ = std::make_shared<GraphState>();
   std::unordered_map<uintptr_t, Leaf> leaves_;
 };
 

@@ -13,7 +13,7 @@ import os
 from typing import Callable, Mapping
 
 from .base import CudaError, DeviceProperties, DriverUnavailable
-from .table import Library, TableDriver, _size, loaded_path, open_library
+from .table import Library, TableDriver, _drained, _size, loaded_path, open_library
 
 LIBRARY_NAMES = ("libcuda.so.1", "libcuda.so")
 
@@ -108,6 +108,10 @@ class CudaDriver(TableDriver):
             self._contexts[self._device] = ctx    # retained for the life of the process
         self.check(self.lib.ctx_set_current(ctx), "ctx_set_current", ctx)
 
+    def _thread_bind(self) -> tuple:
+        self._bind()
+        return self.lib.ctx_set_current, self._contexts[self._device].value, False
+
     def error_string(self, code: int) -> tuple[str, str]:
         name, msg = ctypes.c_char_p(), ctypes.c_char_p()
         if self.lib.get_error_name_out(code, ctypes.byref(name)) or not name.value:
@@ -141,6 +145,7 @@ class CudaDriver(TableDriver):
             managed_memory=bool(a["managed_memory"]), pci_bus_id=bus.value.decode(errors="replace"))
 
     # --- copies whose direction the driver infers (unified addressing) -------------------
+    @_drained
     def memcpy(self, dst: int, src: int, nbytes: int) -> None:
         if _size(nbytes) == 0:
             return
@@ -148,6 +153,7 @@ class CudaDriver(TableDriver):
         self.check(self.lib.memcpy_unified(dst, src, nbytes), "memcpy_unified", hex(dst), hex(src), nbytes)
         self.stream_synchronize(None)   # cuMemcpy may return before a device-side copy is done
 
+    @_drained
     def memcpy_async(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         if _size(nbytes) == 0:
             return

@@ -14,7 +14,7 @@ import re
 from typing import Callable, Mapping, Optional
 
 from .base import DeviceProperties, DriverUnavailable, HipError
-from .table import Library, TableDriver, _size, loaded_path, open_library
+from .table import Library, TableDriver, _drained, _size, loaded_path, open_library
 
 LIBRARY_NAMES = ("libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5")
 
@@ -133,6 +133,9 @@ class HipDriver(TableDriver):
     def _bind_thread(self) -> None:
         self.check(self.lib.set_device(self._device), "set_device", self._device)
 
+    def _thread_bind(self) -> tuple:
+        return self.lib.set_device, self._device, True
+
     def error_string(self, code: int) -> tuple[str, str]:
         name = self.lib.get_error_name(code)
         msg = self.lib.get_error_string(code)
@@ -188,6 +191,7 @@ class HipDriver(TableDriver):
             managed_memory=bool(a["managed_memory"]), pci_bus_id=bus.value.decode(errors="replace"))
 
     # --- copies whose direction the runtime infers ----------------------------------------
+    @_drained
     def memcpy(self, dst: int, src: int, nbytes: int) -> None:
         if _size(nbytes) == 0:
             return
@@ -196,6 +200,7 @@ class HipDriver(TableDriver):
                    "memcpy_kind", hex(dst), hex(src), nbytes, "hipMemcpyDefault")
         self.stream_synchronize(None)   # same contract as CUDA: done when this returns
 
+    @_drained
     def memcpy_async(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         if _size(nbytes) == 0:
             return

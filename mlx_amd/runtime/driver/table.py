@@ -13,6 +13,7 @@ Standard library only: this package must import without mlx or numpy.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 import threading
@@ -354,6 +355,18 @@ def _size(nbytes, what: str = "nbytes") -> int:
     return nbytes
 
 
+def _drained(method):
+    """A driver call that touches the GPU: first the launch thread issues what was posted to
+    it (src/bridge/launcher.h), so the call lands behind it on the device as it would have
+    without the thread."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        if self.launcher is not None:
+            self.launcher.launcher_wait()
+        return method(self, *args, **kwargs)
+    return call
+
+
 class TableDriver(Driver):
     """What the HIP and CUDA drivers share: every ``Driver`` method on table entries.
 
@@ -371,6 +384,10 @@ class TableDriver(Driver):
     error_no_device = -1       # the vendor's "no device" status
     init_no_device: tuple = ()  # statuses of init() that mean "no device here" (not a failure)
     attributes: dict = {}      # property field -> (vendor enum name, value)
+    # the bridge module while the launch thread runs (Evaluator._start_launcher): calls that
+    # touch the GPU drain it first (_drained); the read-back copies and event records of an
+    # evaluation's end are posted to it instead
+    launcher = None
 
     @staticmethod
     def format_version(v: int) -> str:
@@ -384,6 +401,7 @@ class TableDriver(Driver):
         self._device = 0
         self._count: Optional[int] = None
         self._tls = _ThreadState(self.launch_param_end)
+        self._event_seq: dict = {}   # event -> the launch thread's job that records it
 
     def _symbol(self, logical: str) -> str:
         entry = BY_NAME.get(logical)
@@ -447,6 +465,7 @@ class TableDriver(Driver):
         self.check(self.lib.mem_get_info(ctypes.byref(free), ctypes.byref(total)), "mem_get_info")
         return free.value, total.value
 
+    @_drained
     def synchronize(self) -> None:
         self._bind()
         self.check(self.lib.device_synchronize(), "device_synchronize")
@@ -459,10 +478,12 @@ class TableDriver(Driver):
         s._release = self.lib.stream_destroy
         return s
 
+    @_drained
     def stream_destroy(self, stream) -> None:
         v = take(stream)
         self.check(self.lib.stream_destroy(v), "stream_destroy", hex(v))
 
+    @_drained
     def stream_synchronize(self, stream=None) -> None:
         self._bind()
         self.check(self.lib.stream_synchronize(stream), "stream_synchronize", stream)
@@ -481,12 +502,29 @@ class TableDriver(Driver):
 
     def event_record(self, event, stream=None) -> None:
         self._bind()
+        if self.launcher is not None:
+            if stream is not None and self.launcher.launcher_busy():
+                # behind the launches posted before it; a wait on the event first waits
+                # for this record to be issued (_event_issued)
+                self._event_seq[event.value] = self.launcher.launcher_post_record(event.value, stream.value or 0)
+                return
+            self.launcher.launcher_wait()
         self.check(self.lib.event_record(event, stream), "event_record", event, stream)
 
+    def _event_issued(self, event, done: bool) -> None:
+        """The launch thread has issued this event's record, if one was posted to it."""
+        seq = self._event_seq.pop(event.value, None) if done else self._event_seq.get(event.value)
+        if seq is not None:
+            self.launcher.launcher_wait(seq)
+
     def event_synchronize(self, event) -> None:
+        if self.launcher is not None:
+            self._event_issued(event, True)
         self.check(self.lib.event_synchronize(event), "event_synchronize", event)
 
     def event_query(self, event) -> bool:
+        if self.launcher is not None:
+            self._event_issued(event, False)
         status = self.lib.event_query(event)
         if status == ERROR_NOT_READY:
             return False
@@ -499,6 +537,7 @@ class TableDriver(Driver):
                    "event_elapsed_time", "&ms", start, end)
         return ms.value
 
+    @_drained
     def stream_wait_event(self, stream, event) -> None:
         self._bind()
         self.check(self.lib.stream_wait_event(stream, event, 0), "stream_wait_event", stream, event, 0)
@@ -515,6 +554,7 @@ class TableDriver(Driver):
     def malloc(self, nbytes: int) -> int:
         return self._alloc("mem_alloc", nbytes)
 
+    @_drained
     def free(self, ptr: int) -> None:
         self._bind()
         self.check(self.lib.mem_free(ptr), "mem_free", hex(ptr))
@@ -522,6 +562,7 @@ class TableDriver(Driver):
     def host_alloc(self, nbytes: int) -> int:
         return self._alloc("mem_host_alloc", nbytes, 0)
 
+    @_drained
     def host_free(self, ptr: int) -> None:
         self._bind()
         self.check(self.lib.mem_host_free(ptr), "mem_host_free", hex(ptr))
@@ -546,13 +587,16 @@ class TableDriver(Driver):
         """What the vendor's device calls take for the current device (HIP: the ordinal)."""
         return self._device
 
+    @_drained
     def malloc_async(self, nbytes: int) -> int:
         return self._alloc("mem_alloc_async", nbytes, None)
 
+    @_drained
     def free_async(self, ptr: int) -> None:
         self._bind()
         self.check(self.lib.mem_free_async(ptr, None), "mem_free_async", hex(ptr), None)
 
+    @_drained
     def memset(self, ptr: int, value: int, nbytes: int, stream=None) -> None:
         if not isinstance(value, int) or not 0 <= value <= 255:
             raise ValueError(f"memset value must be a byte (0-255), got {value!r}")
@@ -567,6 +611,13 @@ class TableDriver(Driver):
     def _copy(self, direction: str, dst: int, src: int, nbytes: int, stream) -> None:
         if _size(nbytes) == 0:
             return
+        if self.launcher is not None:
+            if (direction == "memcpy_dtoh" and stream is not None and self.launcher.launcher_busy()
+                    and self._tls.device == self._device):
+                # an evaluation's read-back, queued behind its launches (launcher.h)
+                self.launcher.launcher_post_copy_dtoh(dst, src, nbytes, stream.value or 0)
+                return
+            self.launcher.launcher_wait()
         self._bind()
         if stream is None:
             self.check(getattr(self.lib, direction)(dst, src, nbytes), direction, hex(dst), hex(src), nbytes)
@@ -600,6 +651,7 @@ class TableDriver(Driver):
         m._release = self.lib.module_unload
         return m
 
+    @_drained
     def module_unload(self, module) -> None:
         v = take(module)
         self.check(self.lib.module_unload(v), "module_unload", hex(v))
@@ -621,6 +673,25 @@ class TableDriver(Driver):
             self._bind()
         fn = self.lib.launch_kernel
         return ctypes.cast(fn, ctypes.c_void_p).value, self.launch_param_end
+
+    def launcher_entries(self) -> Optional[dict]:
+        """The launch thread's entry points (src/bridge/launcher.h): launch, device-to-host
+        copy, event record, and how a new thread binds to the device (``_thread_bind``)."""
+        self.ensure_bound()
+        addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+        try:
+            bind, bind_arg, takes_int = self._thread_bind()
+            return dict(launch=addr(self.lib.launch_kernel), param_end=self.launch_param_end,
+                        copy_dtoh_async=addr(self.lib.memcpy_dtoh_async),
+                        event_record=addr(self.lib.event_record), bind=addr(bind),
+                        bind_arg=bind_arg, bind_takes_int=takes_int)
+        except (AttributeError, DriverUnavailable):
+            return None
+
+    def _thread_bind(self) -> tuple:
+        """(entry point, its one argument, whether that is an int) making a new thread's
+        calls reach this device: what ``_bind_thread`` does, for native threads."""
+        raise NotImplementedError
 
     # the graph calls the native executor makes (src/bridge/graphexec.h)
     GRAPH_CALLS = ("graph_create", "graph_destroy", "graph_add_kernel_node", "graph_instantiate",
@@ -649,6 +720,7 @@ class TableDriver(Driver):
         self.check(status, f"{self._symbol('launch_kernel')}({name}, grid={grid}, block={block}, "
                    f"shared_mem={shared_mem}, stream={format_arg(stream)}, args=<{len(args or b'')} bytes>)")
 
+    @_drained
     def launch(self, function, grid, block, args: bytes, shared_mem: int = 0, stream=None) -> None:
         if self._tls.device != self._device:
             self._bind()
