@@ -289,11 +289,11 @@ def _qmv_launch(p: Problem, device, x: Layout, x_ref, out_batch, x_batch, x_bstr
         t = _table()
         rows = t.QMV_H2_ROWS[f.bits]
         n_all = N + sum(sp.N for sp in sibs)
-        ks = qmv_h2_ksplit(n_all, M * batch, K // 32, rows, W, device)
-        block_rows = t.QMV_H2_THREADS // W // ks * rows
         # each sibling's rows start a row block (the kernel picks the matrix per block)
-        if any(n % block_rows for n in ([N] + [sp.N for sp in sibs])[:-1]):
+        ks = qmv_h2_split([N] + [sp.N for sp in sibs], M, batch, K // 32, rows, W, device)
+        if ks is None:
             return None
+        block_rows = t.QMV_H2_THREADS // W // ks * rows
         grid_x = qmv_h2_blocks(n_all, M, batch, block_rows, device) * M
     elif mma:
         ks = qmv_mma_ksplit(N, batch, K // f.gs, device)
@@ -354,18 +354,32 @@ def _qmv_h2_serves(p: Problem, device, dt) -> bool:
     return p.K % 32 == 0 and p.K // 32 * t.QMV_H2_SMEM_PER_CHUNK <= limit and rows_ok
 
 
-QMV_H2_PER_CU = 12        # plan.ksplit's waves per CU for qmv_h2 (tools/qmv_mma.cu)
 QMV_H2_BLOCKS_PER_CU = 2  # qmv_h2 row blocks resident per CU (its registers' residency)
 
 
-def qmv_h2_ksplit(rows, row_sets, chunks, rows_per_wave, wave, device) -> int:
-    """Waves of qmv_h2 per row group (plan.ksplit, ~12 waves per compute unit) while every
-    lane keeps two chunks of 32 values of k (one summed while the next one's loads are in
-    flight): ksplit's steps are counted in pairs of chunks per 32 lanes. (tools/qmv_mma.cu on
-    the H200: 1 for 14336 x 4096, 2 for 4096 x 14336; more waves per row group cost more than
-    they give elsewhere.)"""
-    return ksplit(-(-rows // rows_per_wave) * row_sets, chunks * 16 // wave, device,
-                  _table().QMV_H2_THREADS // wave, per_cu=QMV_H2_PER_CU)
+def qmv_h2_split(mats, m, batch, chunks, rows_per_wave, wave, device):
+    """Waves of qmv_h2 per row group (its k split), or None when no split puts every matrix
+    but the last on a row-block boundary (``mats``: the row counts of the node's matrix and
+    its siblings). A block loops over its share of the row blocks (``qmv_h2_blocks``), and
+    each pass over one is a latency-bound round (loads, sums, a block-wide reduction): the
+    split with the fewest passes wins, then the one keeping the most blocks busy, then the
+    smaller split; a split needs every lane of its waves to keep a pair of chunks of k.
+    (H100, llama-8b 4-bit, tools/kernel_timeline.py: the fused q/k/v with its RMS prologue
+    took 17.8 us in two passes at split 2 and 15.0 us in one at split 1; session 16's rule,
+    ~12 waves per compute unit, chose 2. Every other decode projection keeps its split.)"""
+    waves = _table().QMV_H2_THREADS // wave
+    steps = chunks * 16 // wave        # pairs of chunks per 32 lanes (plan.ksplit's steps)
+    best, ks = None, 1
+    while ks <= waves and (ks == 1 or steps >= ks * 32):
+        block_rows = waves // ks * rows_per_wave
+        if not any(n % block_rows for n in mats[:-1]):
+            units = -(-sum(mats) // block_rows)
+            blocks = qmv_h2_blocks(sum(mats), m, batch, block_rows, device)
+            key = (-(-units // blocks), -blocks, ks)
+            if best is None or key < best[0]:
+                best = (key, ks)
+        ks *= 2
+    return None if best is None else best[1]
 
 
 def qmv_h2_blocks(rows, m, batch, block_rows, device) -> int:
