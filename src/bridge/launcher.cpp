@@ -2,6 +2,7 @@
 #include "launcher.h"
 
 #include <Python.h>
+#include <pthread.h>
 #include <nanobind/stl/string.h>
 
 namespace mlx_amd {
@@ -27,6 +28,10 @@ LaunchThread::~LaunchThread() {
 }
 
 void LaunchThread::configure(const Entries& e) {
+  // a forked child has no worker (only the forking thread survives fork): it forgets the
+  // parent's, whose queue nobody would serve, and launches itself
+  static std::once_flag at_fork;
+  std::call_once(at_fork, [] { pthread_atfork(nullptr, nullptr, [] { g_thread = nullptr; }); });
   std::lock_guard<std::mutex> g(g_config_mu);
   if (g_thread != nullptr) {
     g_thread->wait();

@@ -97,3 +97,23 @@ def test_switch_reads_env(monkeypatch, gpu_runtime):
     monkeypatch.setenv(LAUNCH_THREAD_ENV, "2")
     with pytest.raises(ValueError, match=LAUNCH_THREAD_ENV):
         gpu_runtime.evaluator._start_launcher()
+
+
+def test_a_forked_child_has_no_launch_thread(threaded):
+    # only the forking thread survives fork: the child must not wait on the parent's worker
+    import os
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)   # (fork with threads running)
+        pid = os.fork()
+    if pid == 0:
+        try:
+            ok = not bridge.launcher_stats()["running"]
+            bridge.launcher_wait()   # nothing to wait for: returns at once
+        except BaseException:
+            ok = False
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert bridge.launcher_stats()["running"]
