@@ -198,26 +198,26 @@ void register_launcher(nb::module_& m) {
   m.def("launcher_wait", [](uint64_t seq) {
     if (LaunchThread* t = LaunchThread::get()) t->wait(seq);
   }, "seq"_a = UINT64_MAX, "wait until the jobs up to `seq` (default: all) were issued");
-  m.def("launcher_post_copy_dtoh", [](uintptr_t dst, uintptr_t src, size_t nbytes, uintptr_t stream) -> uint64_t {
+  // a copy or an event record from Python, behind what the replays posted
+  static auto post = [](const char* who, LaunchJob::Kind kind, uintptr_t stream, uintptr_t dst,
+                        uintptr_t src, size_t nbytes, uintptr_t event) -> uint64_t {
     LaunchThread* t = LaunchThread::get();
-    if (t == nullptr) throw nb::value_error("launcher_post_copy_dtoh: no launch thread");
+    if (t == nullptr) throw nb::value_error((std::string(who) + ": no launch thread").c_str());
     LaunchJob j;
-    j.kind = LaunchJob::CopyDtoH;
+    j.kind = kind;
+    j.stream = stream;
     j.dst = dst;
     j.src = src;
     j.nbytes = nbytes;
-    j.stream = stream;
+    j.event = event;
     return t->post(std::move(j));
+  };
+  m.def("launcher_post_copy_dtoh", [](uintptr_t dst, uintptr_t src, size_t nbytes, uintptr_t stream) {
+    return post("launcher_post_copy_dtoh", LaunchJob::CopyDtoH, stream, dst, src, nbytes, 0);
   }, "dst"_a, "src"_a, "nbytes"_a, "stream"_a,
      "queue a device-to-host copy on `stream` behind the posted launches; its sequence number");
-  m.def("launcher_post_record", [](uintptr_t event, uintptr_t stream) -> uint64_t {
-    LaunchThread* t = LaunchThread::get();
-    if (t == nullptr) throw nb::value_error("launcher_post_record: no launch thread");
-    LaunchJob j;
-    j.kind = LaunchJob::Record;
-    j.event = event;
-    j.stream = stream;
-    return t->post(std::move(j));
+  m.def("launcher_post_record", [](uintptr_t event, uintptr_t stream) {
+    return post("launcher_post_record", LaunchJob::Record, stream, 0, 0, 0, event);
   }, "event"_a, "stream"_a,
      "queue an event record on `stream` behind the posted launches; its sequence number");
   m.def("launcher_failure", []() -> nb::object {
