@@ -201,7 +201,8 @@ def device_info() -> dict:
 
 def stats(reset: bool = False) -> dict:
     """Nodes evaluated on the GPU, as views, and on MLX's CPU fallback, per primitive class;
-    plus upload/write-back counters and pool state."""
+    plus upload/write-back counters and pool state, and the graphs' and the launch thread's
+    counts."""
     from .runtime.context import current
 
     rt = current()
@@ -212,6 +213,7 @@ def stats(reset: bool = False) -> dict:
     from .runtime import bridge
 
     d["graphs"] = dict(bridge.graph_stats(), enabled=bool(rt.evaluator.graphs))
+    d["launch_thread"] = dict(bridge.launcher_stats(), enabled=bool(rt.evaluator.threaded))
     if reset:
         rt.evaluator.stats.reset()
     return d

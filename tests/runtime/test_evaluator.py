@@ -143,8 +143,10 @@ def test_stats_count_every_node(runtime):
     assert by["Transpose"].get("view", 0) == 1
     if runtime.driver.platform == "host":
         assert s["nodes"]["gpu"] == 0 and by["Exp"] == {"cpu": 1}
+        assert s["launch_thread"]["enabled"] is False   # nothing to launch
     else:
         assert by["Exp"] == {"gpu": 1} and by["Add"] == {"gpu": 1}
+    assert set(s["launch_thread"]) == {"enabled", "running", "jobs", "launches", "waits"}
 
 
 def test_weights_upload_once_and_escaped_writeback(gpu_runtime):

@@ -49,9 +49,12 @@ def test_pipelined_steps_equal_launching_replays(threaded, monkeypatch, graphs):
             x = nx
         return out, np.array(x.tolist(), np.float32)
 
-    jobs0 = bridge.launcher_stats()["jobs"]
+    import mlx_amd
+
+    jobs0 = mlx_amd.stats()["launch_thread"]["jobs"]
     on, x_on = run(True)
-    assert bridge.launcher_stats()["jobs"] > jobs0, "no replay posted to the launch thread"
+    lt = mlx_amd.stats()["launch_thread"]
+    assert lt["enabled"] and lt["running"] and lt["jobs"] > jobs0, "no replay posted to the launch thread"
     off, x_off = run(False)
     np.testing.assert_array_equal(x_on, x_off)
     assert on == off
