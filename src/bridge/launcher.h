@@ -10,7 +10,7 @@
 //
 // Ordering contract: everything on the evaluator's stream goes through the worker or
 // after it is drained. The posting thread only posts; the Python driver drains before
-// any other call that touches the GPU (TableDriver._quiesce), the evaluator at each of its
+// any other call that touches the GPU (table.py's @_drained), the evaluator at each of its
 // entry points, the replay before a library call or a node that runs in Python, a
 // program before its graphs are destroyed. A failure is kept (the first one) and raised
 // by the evaluator at its next drain, as an asynchronous evaluation's error.

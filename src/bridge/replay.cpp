@@ -448,16 +448,6 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
              nb::bytes(r.args.data(), r.args.size()), r.shared_mem);
     bad("replay: a launch failed and the error callback did not raise");
   };
-  // the worker's first failure, raised here as a launch on this thread would have been
-  auto worker_failed = [&]() {
-    LaunchThread::Failure f;
-    if (worker == nullptr || !worker->take_failure(&f)) return;
-    if (f.what == "kernel launch") report(-1, f.status, f.rec);
-    if (f.what == "graph launch") {
-      error_cb(-1, f.status, uintptr_t(0), nb::make_tuple(0, 0, 0), nb::make_tuple(0, 0, 0), nb::bytes("", 0), 0);
-    }
-    bad("replay: the launch thread's " + f.what + " failed with status " + std::to_string(f.status));
-  };
   auto post_eager = [&]() {
     if (pending.empty()) return;
     LaunchJob j;
@@ -471,10 +461,10 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
   auto issue_pending = [&]() {
     if (worker != nullptr) {
       // this thread is about to put work on the stream itself: everything posted goes first
+      // (a failure there is the evaluator's to raise, at its next drain)
       post_eager();
       worker->wait();
       graphs = false;
-      worker_failed();
       return;
     }
     size_t failed = 0;

@@ -500,15 +500,25 @@ class TableDriver(Driver):
         v = take(event)
         self.check(self.lib.event_destroy(v), "event_destroy", hex(v))
 
+    def _posted(self, stream, post) -> bool:
+        """An evaluation's last stream work (its read-back copies, its completion event): while
+        the launch thread still has launches to issue, ``post(stream)`` queues it behind them
+        there (True); otherwise the thread is drained and the caller issues it (False)."""
+        if self.launcher is None:
+            return False
+        if stream is not None and self.launcher.launcher_busy():
+            post(stream.value or 0)
+            return True
+        self.launcher.launcher_wait()
+        return False
+
     def event_record(self, event, stream=None) -> None:
+        def post(s):   # a wait on the event first waits for this record (_event_issued)
+            self._event_seq[event.value] = self.launcher.launcher_post_record(event.value, s)
+
+        if self._posted(stream, post):
+            return
         self._bind()
-        if self.launcher is not None:
-            if stream is not None and self.launcher.launcher_busy():
-                # behind the launches posted before it; a wait on the event first waits
-                # for this record to be issued (_event_issued)
-                self._event_seq[event.value] = self.launcher.launcher_post_record(event.value, stream.value or 0)
-                return
-            self.launcher.launcher_wait()
         self.check(self.lib.event_record(event, stream), "event_record", event, stream)
 
     def _event_issued(self, event, done: bool) -> None:
@@ -611,12 +621,10 @@ class TableDriver(Driver):
     def _copy(self, direction: str, dst: int, src: int, nbytes: int, stream) -> None:
         if _size(nbytes) == 0:
             return
-        if self.launcher is not None:
-            if (direction == "memcpy_dtoh" and stream is not None and self.launcher.launcher_busy()
-                    and self._tls.device == self._device):
-                # an evaluation's read-back, queued behind its launches (launcher.h)
-                self.launcher.launcher_post_copy_dtoh(dst, src, nbytes, stream.value or 0)
+        if direction == "memcpy_dtoh":
+            if self._posted(stream, lambda s: self.launcher.launcher_post_copy_dtoh(dst, src, nbytes, s)):
                 return
+        elif self.launcher is not None:
             self.launcher.launcher_wait()
         self._bind()
         if stream is None:
