@@ -1,9 +1,11 @@
 """Convolution throughput: ResNet-50 convolution shapes (NHWC, batch 32) in TFLOP/s of
-the direct convolution's 2*N*Ho*Wo*Cout*Kh*Kw*Cin flops, ours (im2col + vendor GEMM, the
-node's plan timed on the device) against torch.nn.functional.conv2d (cuDNN, channels_last)
-in the same run; ratio = ours / torch.
+the direct convolution's 2*N*Ho*Wo*Cout*Kh*Kw*Cin flops, ours (the node's plan timed on the
+device: for bf16 the implicit GEMM on the matrix unit, conv_mma, where the planner takes it;
+float32 im2col + vendor GEMM) against torch.nn.functional.conv2d (cuDNN, channels_last) in
+the same run; ratio = ours / torch. bf16 rows add the im2col + GEMM path (MLX_AMD_CONV=im2col)
+and each conv_mma position tile forced (--tiles), against the same cuDNN time.
 
-    python benchmarks/conv_bench.py [--out benchmarks/results]
+    python benchmarks/conv_bench.py [--out benchmarks/results] [--tiles]
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def torch_conv(tname, h, cin, cout, k, s, p):
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--tiles", action="store_true", help="also time each conv_mma position tile")
     args = ap.parse_args(argv)
     b = Bench("conv_bench")
     for short, dt, tname in DTYPES:
@@ -57,14 +60,31 @@ def main(argv=None):
             ho = (h + 2 * p - k) // s + 1
             flops = 2.0 * N * ho * ho * cout * k * k * cin
             params = ((s, s), (p, p), (p, p), (1, 1), (1, 1), 1, False)
-            kms = b.time_node(conv, "Convolution", params, (x, w), [(N, ho, ho, cout)], [tname])
+            node = lambda: b.time_node(conv, "Convolution", params, (x, w), [(N, ho, ho, cout)], [tname])
+            variants = [("", {})]
+            if tname != "float32":
+                variants.append((" im2col+gemm", {conv.ENV: "im2col"}))
+                if args.tiles:
+                    variants += [(f" conv_mma m{bm}", {"MMA_BM": bm}) for bm in conv.kt.table("conv").MMA_BM]
+            times = {}
+            for tag, env in variants:
+                saved = {k: os.environ.get(k) for k in env if k.startswith("MLX_")}
+                os.environ.update({k: str(v) for k, v in env.items() if k.startswith("MLX_")})
+                conv.MMA_BM = env.get("MMA_BM")
+                try:
+                    times[tag] = node()
+                finally:
+                    conv.MMA_BM = None
+                    for k, v in saved.items():
+                        os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
             fn = torch_conv(tname, h, cin, cout, k, s, p)
             ref = None
             if fn is not None:
                 tms = b.time_torch(fn)
                 ref = flops / (tms * 1e-3) / 1e12 if tms else None
-            b.row(f"conv2d {short} N{N} {name}", flops / (kms * 1e-3) / 1e12, "TFLOP/s",
-                  "torch conv2d (cuDNN, channels_last)", ref)
+            for tag, kms in times.items():
+                b.row(f"conv2d {short} N{N} {name}{tag}", flops / (kms * 1e-3) / 1e12, "TFLOP/s",
+                      "torch conv2d (cuDNN, channels_last)", ref)
             del x, w, fn
     print(b.write(args.out))
 

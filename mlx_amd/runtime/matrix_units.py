@@ -91,11 +91,12 @@ def from16(u, dtype: str):
 
 
 def compare_twins(rt, inputs, steps: dict, pointers, out_elems: int, dtype: str, tol: float, perturb=None,
-                  what: str = "") -> tuple:
+                  what: str = "", reference=None) -> tuple:
     """The self-tests' common part, on rt's device: upload ``inputs`` (numpy arrays), run the
     matrix-unit launch ``steps["mma"]`` and its portable twin ``steps["twin"]``, each into an
     output of ``out_elems`` values of 16-bit ``dtype`` (NaN until written; ``pointers(in_ptrs,
-    out_ptr)`` gives a launch's pointer tuple), and compare them: (ok, why). ``perturb``
+    out_ptr)`` gives a launch's pointer tuple), and compare them: (ok, why). Without a twin
+    launch, ``reference`` (float values, computed on the host) is the twin. ``perturb``
     (tests) is applied to the matrix-unit result first."""
     import numpy as np
 
@@ -109,7 +110,7 @@ def compare_twins(rt, inputs, steps: dict, pointers, out_elems: int, dtype: str,
             ptrs.append(ptr)
             drv.memcpy_htod(ptr, b.ctypes.data, b.nbytes)
         ins = tuple(ptrs)
-        for name in ("mma", "twin"):
+        for name in [n for n in ("mma", "twin") if n in steps]:
             o = drv.malloc(out_elems * 2)
             ptrs.append(o)
             drv.memset(o, 0xFF, out_elems * 2)
@@ -122,7 +123,8 @@ def compare_twins(rt, inputs, steps: dict, pointers, out_elems: int, dtype: str,
         drv.synchronize()
         for ptr in ptrs:
             drv.free(ptr)
-    got, ref = res["mma"], res["twin"]
+    got = res["mma"]
+    ref = res["twin"] if "twin" in steps else np.asarray(reference, np.float32).ravel()
     if perturb is not None:
         got = perturb(got)
     if not np.all(np.isfinite(got)) or not np.all(np.isfinite(ref)):

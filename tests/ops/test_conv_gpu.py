@@ -120,3 +120,116 @@ def test_large_chunked(gpu_runtime, monkeypatch):
 
 def test_empty(gpu_runtime):
     check_gpu(lambda x, w: mx.conv2d(x, w), mx.zeros((0, 5, 5, 2)), ints((3, 3, 3, 2)), prims=(), what="empty")
+
+
+# ---- the implicit GEMM on the matrix unit (float16/bfloat16, 8-channel runs) -------------------
+MMA = [
+    # (x shape, w shape, stride, (lo, hi), kernel_dilation, input_dilation, groups, flip)
+    ((2, 19, 8), (5, 3, 8), 2, ([1], [2]), 2, 1, 1, True),
+    ((3, 13, 11, 32), (72, 3, 3, 32), 1, ([1, 1], [1, 1]), 1, 1, 1, False),    # partial tiles, 2 chunks/tap
+    ((1, 9, 10, 48), (80, 3, 2, 24), (2, 1), ([1, 0], [0, 2]), (1, 2), 1, 2, False),   # groups, partial depth
+    ((1, 4, 5, 16), (8, 3, 3, 16), 1, ([2, 2], [2, 2]), 1, (2, 3), 1, True),   # transpose-like
+    ((1, 4, 5, 4, 8), (3, 2, 3, 2, 8), (1, 2, 1), ([1, 0, 1], [0, 1, 1]), (2, 1, 1), (1, 2, 1), 1, False),
+    ((4, 20, 20, 64), (64, 3, 3, 64), 1, ([1, 1], [1, 1]), 1, 1, 1, False),    # 1600 positions: BM 128 too
+    ((2, 7, 7, 16), (16, 1, 1, 16), 2, ([0, 0], [0, 0]), 1, 1, 1, False),      # strided 1x1
+]
+
+
+@pytest.fixture
+def mma_kernels(gpu_runtime, monkeypatch):
+    """The conv_mma kernels the planner chose (plans cleared before and after)."""
+    from mlx_amd.runtime import matrix_units
+    from mlx_amd.runtime.ops import conv
+    monkeypatch.delenv("MLX_AMD_MATRIX_UNITS", raising=False)
+    for dt in conv.kt.table(conv.FAMILY).MMA_DTYPES:   # the first-use self-test, before the spy
+        matrix_units.usable(conv.FAMILY, gpu_runtime.props, dt, conv.mma_selftest)
+    chosen = []
+    real = conv.mma_launch
+
+    def spy(*a, **k):
+        st = real(*a, **k)
+        chosen.append(st.kernel)
+        return st
+
+    monkeypatch.setattr(conv, "mma_launch", spy)
+    monkeypatch.delenv(conv.ENV, raising=False)
+    ev = gpu_runtime.evaluator
+    ev.plans.clear()
+    ev.drop_programs()
+    yield chosen
+    ev.plans.clear()
+    ev.drop_programs()
+
+
+@pytest.mark.parametrize("bm", [None, 64, 128])
+@pytest.mark.parametrize("dtype,case", [(dt, c) for dt in ("float16", "bfloat16") for c in range(len(MMA))])
+def test_matrix_unit_conv(gpu_runtime, mma_kernels, monkeypatch, dtype, case, bm):
+    from mlx_amd.runtime import matrix_units
+    from mlx_amd.runtime.ops import conv
+    if matrix_units.backend(gpu_runtime.props, dtype) is None:
+        pytest.skip(f"no matrix-tile backend on {gpu_runtime.props.arch}")
+    monkeypatch.setattr(conv, "MMA_BM", bm)
+    xs, ws, stride, pad, kdil, idil, groups, flip = MMA[case]
+    fn = lambda x, w: mx.conv_general(x, w, stride=stride, padding=pad, kernel_dilation=kdil,
+                                      input_dilation=idil, groups=groups, flip=flip)
+    check_gpu(fn, ints(xs, dtype, case), ints(ws, dtype, 70 + case), prims=P, what=f"{dtype} mma case {case}")
+    assert mma_kernels and all(k.startswith(f"conv_mma_{dtype}_m{bm or ''}") for k in mma_kernels), mma_kernels
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_matrix_unit_conv_layouts(gpu_runtime, mma_kernels, dtype):
+    """Strided and offset inputs the kernel reads in place (an unaligned start takes its
+    register copies), a transposed weight copied first, the gradient of a small CNN in 16 bits
+    (its vjp convolutions: input dilation, flip, swapped operands), wide random values."""
+    from mlx_amd.runtime import matrix_units
+    if matrix_units.backend(gpu_runtime.props, dtype) is None:
+        pytest.skip(f"no matrix-tile backend on {gpu_runtime.props.arch}")
+    x = ints((2, 12, 10, 16), dtype, 80)
+    w = ints((24, 3, 3, 16), dtype, 81)
+    check_gpu(lambda x, w: mx.conv2d(x[:, 1::2, ::3, :], w, padding=1), x, w, prims=P, what="spatial slices")
+    flat = ints((1 + 2 * 9 * 9 * 16,), dtype, 82)
+    check_gpu(lambda f, w: mx.conv2d(mx.reshape(f[1:], (2, 9, 9, 16)), w, stride=2), flat, w, prims=P,
+              what="unaligned start")
+    check_gpu(lambda x, w: mx.conv2d(x, mx.transpose(w, (0, 2, 1, 3))), x, ints((24, 3, 3, 16), dtype, 83),
+              prims=P, what="transposed weight")
+    assert len(mma_kernels) >= 3
+
+    def loss(x, w1, w2):   # integer sums, exact in float32 accumulators: each output rounds once
+        h = mx.conv2d(x, w1, stride=2, padding=1)
+        h = mx.conv2d(nn.relu(h), w2, padding=1, groups=2)
+        return mx.sum(h.astype(mx.float32))
+
+    args = (ints((2, 9, 8, 16), dtype, 84), ints((16, 3, 3, 16), dtype, 85), ints((16, 3, 3, 8), dtype, 86))
+    check_gpu(mx.grad(loss, argnums=(0, 1, 2)), *args, prims=P, what="grad")
+    # real-valued operands: every sum is rounded, so a tolerance of the 16-bit result
+    rng = np.random.default_rng(87)
+    xr = mx.array(rng.standard_normal((2, 15, 15, 64)).astype(np.float32)).astype(getattr(mx, dtype))
+    wr = mx.array(rng.standard_normal((96, 3, 3, 64)).astype(np.float32) / 24).astype(getattr(mx, dtype))
+    tol = 2e-2 if dtype == "bfloat16" else 3e-3
+    check_gpu(lambda x, w: mx.conv2d(x, w, padding=1), xr, wr, prims=P, rtol=tol, atol=tol, what="normal values")
+
+
+def test_matrix_unit_conv_selftest(gpu_runtime, mma_kernels, monkeypatch):
+    """The first-use self-test passes on this device; a perturbed matrix-unit result fails it:
+    a warning, and the im2col path serves the rest of the process."""
+    from mlx_amd.runtime import matrix_units
+    from mlx_amd.runtime.ops import conv
+    if matrix_units.backend(gpu_runtime.props, "bfloat16") is None:
+        pytest.skip(f"no matrix-tile backend on {gpu_runtime.props.arch}")
+    for dt in ("float16", "bfloat16"):
+        ok, why = conv.mma_selftest(gpu_runtime, dt)
+        assert ok, why
+    matrix_units.forget()
+    monkeypatch.setattr(conv, "SELFTEST_PERTURB", lambda g: g + 0.25 * np.max(np.abs(g)))
+    x, w = ints((2, 6, 6, 16), "bfloat16", 90), ints((8, 3, 3, 16), "bfloat16", 91)
+    try:
+        with pytest.warns(RuntimeWarning, match="differ from their portable twins"):
+            check_gpu(lambda x, w: mx.conv2d(x, w, padding=1), x, w, prims=P, what="after a failed self-test")
+        assert matrix_units.verdicts()[("conv", gpu_runtime.props.arch, "bfloat16")] is False
+        # the verdict stays: new plans take im2col without testing again
+        del mma_kernels[:]
+        gpu_runtime.evaluator.plans.clear()
+        check_gpu(lambda x, w: mx.conv2d(x, w, stride=2), x, w, prims=P, what="the next plan")
+        assert mma_kernels == []
+    finally:
+        matrix_units.forget()

@@ -47,10 +47,38 @@ FIELDS = [("p0", "q"), ("positions", "q"), ("n_work", "q"), ("in_strides", f"{2 
           ("ktot", "i"), ("vec", "i"), ("flip", "i")]
 
 
+_MMA_PROBE = r"""
+#include <cstddef>
+#include <cstdio>
+#include "mlxa/conv_args.h"
+#define F(f) std::printf(#f " %zu\n", offsetof(ConvMmaArgs, f));
+int main() {
+  std::printf("sizeof %zu\n", sizeof(ConvMmaArgs));
+  F(in) F(w) F(out) F(positions) F(in_strides) F(in_spatial) F(out_spatial) F(kernel) F(stride) F(pad_lo)
+  F(kdil) F(idil) F(cg) F(cog) F(c_out) F(kd) F(flip) F(dilated) F(out_vec)
+}
+"""
+MMA_FIELDS = [("positions", "q"), ("in_strides", f"{1 + DIMS}q"), ("in_spatial", f"{DIMS}i"),
+              ("out_spatial", f"{DIMS}i"), ("kernel", f"{DIMS}i"), ("stride", f"{DIMS}i"), ("pad_lo", f"{DIMS}i"),
+              ("kdil", f"{DIMS}i"), ("idil", f"{DIMS}i"), ("cg", "i"), ("cog", "i"), ("c_out", "i"), ("kd", "i"),
+              ("flip", "i"), ("dilated", "i"), ("out_vec", "i")]
+
+
 @pytest.fixture(scope="module")
 def c_layout(tmp_path_factory):
     out = probe_output(_PROBE, tmp_path_factory.mktemp("convargs"))
     return {line.split()[0]: int(line.split()[1]) for line in out.splitlines()}
+
+
+def test_mma_struct_matches_c(tmp_path):
+    c = {line.split()[0]: int(line.split()[1]) for line in probe_output(_MMA_PROBE, tmp_path).splitlines()}
+    nptr, size = conv.ARG_STRUCTS["ConvMmaArgs"]
+    assert c["sizeof"] == size and (c["w"], c["out"]) == (8, 16)
+    off = 8 * nptr
+    for f, fmt in MMA_FIELDS:
+        assert c[f] == off, f
+        off += struct.calcsize("<" + fmt)
+    assert off == size
 
 
 def test_struct_matches_c(c_layout):
@@ -66,13 +94,14 @@ def test_struct_matches_c(c_layout):
 
 def test_kernel_table_is_lean():
     names = kt.kernel_names("conv")
-    assert names == ["conv_im2col_uint16_uint16", "conv_im2col_uint32_uint32", "conv_im2col_uint64_uint64"]
+    assert names == ["conv_im2col_uint16_uint16", "conv_im2col_uint32_uint32", "conv_im2col_uint64_uint64",
+                     "conv_mma_float16_m128", "conv_mma_float16_m64", "conv_mma_bfloat16_m128", "conv_mma_bfloat16_m64"]
 
 
-def decode(tail):
-    blob = b"\0" * 16 + tail
-    a, off = {}, 16
-    for f, fmt in FIELDS:
+def decode(tail, fields=FIELDS, lead=16):
+    blob = b"\0" * lead + tail
+    a, off = {}, lead
+    for f, fmt in fields:
         v = struct.unpack_from("<" + fmt, blob, off)
         off += struct.calcsize("<" + fmt)
         a[f] = v if len(v) > 1 else v[0]
@@ -86,7 +115,9 @@ class Machine(_MatmulMachine):
 
     def run(self, plan, node):
         for st in plan.steps:
-            if isinstance(st, Launch) and st.family == "conv":
+            if isinstance(st, Launch) and st.kernel.startswith("conv_mma"):
+                self.conv_mma(st)
+            elif isinstance(st, Launch) and st.family == "conv":
                 self.im2col(st)
             elif isinstance(st, Launch) and st.family == "copytest":
                 src, dst = Machine.copies[st.kernel]
@@ -124,6 +155,40 @@ class Machine(_MatmulMachine):
                 off += (q // a["idil"][d]) * a["in_strides"][1 + d]
             for j in range(vec):
                 pb[po + w * vec + j] = ib[io + off + j * cs] if inside else 0.0
+
+
+    def conv_mma(self, st):
+        """The contract of conv_args.h's ConvMmaArgs, position by position."""
+        a = decode(st.tail, MMA_FIELDS, 24)
+        (ib, io), (wb, wo), (ob, oo) = (self.ptr(r) for r in st.refs)
+        P, cg, cog, kd, c_out = a["positions"], a["cg"], a["cog"], a["kd"], a["c_out"]
+        bm = int(st.kernel.rsplit("_m", 1)[1])
+        G = st.grid[2]
+        assert st.grid == (-(-P // bm), -(-cog // conv.kt.table("conv").MMA_BN), G) and G * cog == c_out
+        assert st.block == (conv.kt.table("conv").MMA_WAVES * 32, 1, 1)
+        assert a["dilated"] == any(d > 1 for d in a["idil"]) and cg % 8 == 0
+        assert all(s % 8 == 0 for s in a["in_strides"])
+        ktot = kd // cg
+        for p in range(P):
+            pos, o = p, [0] * DIMS
+            for d in reversed(range(DIMS)):
+                pos, o[d] = divmod(pos, a["out_spatial"][d])
+            for g in range(G):
+                patch = np.zeros(kd)
+                for k in range(ktot):
+                    kr, kk = k, [0] * DIMS
+                    for d in reversed(range(DIMS)):
+                        kr, kk[d] = divmod(kr, a["kernel"][d])
+                    off, inside = pos * a["in_strides"][0] + g * cg, True
+                    for d in range(DIMS):
+                        tap = a["kernel"][d] - 1 - kk[d] if a["flip"] else kk[d]
+                        q = o[d] * a["stride"][d] + tap * a["kdil"][d] - a["pad_lo"][d]
+                        inside = inside and q >= 0 and q % a["idil"][d] == 0 and q // a["idil"][d] < a["in_spatial"][d]
+                        off += (q // a["idil"][d]) * a["in_strides"][1 + d]
+                    if inside:
+                        patch[k * cg:(k + 1) * cg] = ib[io + off:io + off + cg]
+                rows = (g * cog + np.arange(cog))[:, None] * kd + np.arange(kd)
+                ob[oo + p * c_out + g * cog:oo + p * c_out + (g + 1) * cog] = wb[wo + rows] @ patch
 
 
 @pytest.fixture
@@ -242,7 +307,10 @@ def test_every_float_dtype_plans_with_the_real_gemm(dtype):
             refs = st.refs if not isinstance(st, Memset) else (st.ref,)
             assert all(r.kind in "iot" and (r.kind != "t" or r.index < len(plan.temps)) for r in refs)
             assert all(r.kind != "i" or r.index in (0, 1) for r in refs)
-        assert any(isinstance(s, HostCall) for s in plan.steps)
+        mma = [s for s in plan.steps if isinstance(s, Launch) and s.kernel.startswith("conv_mma")]
+        assert any(isinstance(s, HostCall) for s in plan.steps) or mma
+        assert bool(mma) == (dtype in ("float16", "bfloat16") and xs[-1] // params[5] % 8 == 0
+                             and any(k > 1 for k in ws[1:-1]) | any(s > 1 for s in params[0]) | any(params[1]))
         if dtype != "float32":
             continue
         # the vjp of a conv is convolutions too: input dilation, flip, swapped roles
@@ -280,3 +348,91 @@ def test_real_node_params():
     y = mx.conv_transpose2d(mx.ones((1, 4, 4, 3)), mx.ones((5, 3, 3, 3)), stride=2, padding=1)
     (node,) = [n for n in _bridge.Graph([y]).nodes if n[0] == "Convolution"]
     assert node[1] == ((1, 1), (1, 1), (1, 1), (1, 1), (2, 2), 1, True)
+
+
+# ---- the implicit GEMM on the matrix unit --------------------------------------------------------
+MMA_CASES = [
+    # (x shape, w shape, strides, lo, hi, kdil, idil, groups, flip)
+    ((2, 9, 8), (5, 3, 8), (2,), (1,), (2,), (2,), (1,), 1, True),
+    ((1, 7, 6, 16), (24, 3, 2, 8), (1, 2), (1, 0), (0, 2), (1, 1), (1, 1), 2, False),
+    ((2, 6, 5, 8), (16, 3, 3, 8), (2, 1), (2, 1), (1, 1), (2, 1), (1, 1), 1, False),
+    ((1, 4, 5, 24), (3, 3, 3, 24), (1, 1), (2, 1), (2, 1), (1, 1), (2, 3), 1, True),    # conv_transpose-like
+    ((1, 4, 3, 5, 8), (3, 2, 3, 2, 8), (1, 2, 1), (1, 0, 1), (0, 1, 1), (2, 1, 1), (1, 2, 1), 1, False),
+    ((2, 5, 5, 8), (8, 1, 1, 8), (2, 2), (0, 0), (0, 0), (1, 1), (1, 1), 1, False),     # strided 1x1
+]
+
+
+def spatial_slice(rng, shape):
+    """An input sliced along its first spatial axis (every other row): strides stay 8-multiples."""
+    big = rng.integers(-3, 4, size=(shape[0], 2 * shape[1]) + shape[2:]).astype(np.float64)
+    v = big[:, ::2]
+    buf = np.concatenate([np.full(8, np.nan), big.ravel()])
+    return buf, 8, Layout.strided(shape, tuple(s // 8 for s in v.strides), "float32"), np.array(v)
+
+
+@pytest.mark.parametrize("case", MMA_CASES, ids=lambda c: f"{len(c[0]) - 2}d_g{c[7]}_{'f' if c[8] else 'c'}")
+@pytest.mark.parametrize("kind", ["row", "spatial", "weight_t"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_mma_plans_compute_the_convolution(monkeypatch, traced_copies, case, kind, dtype):
+    xs, ws, *params = case
+    rng = np.random.default_rng(len(xs) * 5 + params[5])
+    x = spatial_slice(rng, xs) if kind == "spatial" else operand(rng, xs, "row")
+    w = operand(rng, ws, "transposed" if kind == "weight_t" else "row")
+    plan, ref = run_dtype(x, w, tuple(params), dtype)
+    kinds = [s.kernel if isinstance(s, Launch) else type(s).__name__ for s in plan.steps]
+    assert kinds[-1].startswith(f"conv_mma_{dtype}_m"), kinds
+    assert kinds[:-1] == (["copy0"] if kind == "weight_t" else []), kinds
+
+
+def run_dtype(x_op, w_op, params, dtype):
+    """``run`` with 16-bit element offsets and temporaries (Machine counts them in ``dtype``)."""
+    strides, lo, hi, kdil, idil, groups, flip = params
+    ref = conv.reference(x_op[3], w_op[3], strides, lo, hi, kdil, idil, groups, flip)
+    xl, wl = (dataclasses.replace(op[2], dtype=dtype) for op in (x_op, w_op))
+    o = Layout.row_major(ref.shape, dtype)
+    node = Node("Convolution", params, (xl, wl), (o,))
+    plan = conv.plan_node(node, Dev())
+    assert plan is not None
+    m = Machine([(x_op[0], x_op[1]), (w_op[0], w_op[1])], o.size, plan.temps, dtype)
+    m.run(plan, node)
+    np.testing.assert_allclose(m.out.reshape(ref.shape), ref, rtol=1e-12, atol=1e-9)
+    return plan, ref
+
+
+def test_mma_declines_what_it_cannot_read(monkeypatch):
+    R = Layout.row_major
+    p = ((1, 1), (1, 1), (1, 1), (1, 1), (1, 1), 1, False)
+
+    def kernels(xl, wl):
+        o = R((xl.shape[0], xl.shape[1], xl.shape[2], wl.shape[0]), xl.dtype)
+        plan = conv.plan_node(Node("Convolution", p, (xl, wl), (o,)), Dev())
+        return [s.kernel for s in plan.steps if isinstance(s, Launch)]
+
+    w8 = R((16, 3, 3, 8), "bfloat16")
+    assert kernels(R((2, 6, 6, 8), "bfloat16"), w8)[-1] == "conv_mma_bfloat16_m64"
+    # channels not in 8-runs, a channel stride, a batch stride off the 8-grid, float32
+    assert kernels(R((2, 6, 6, 4), "bfloat16"), R((16, 3, 3, 4), "bfloat16"))[0].startswith("conv_im2col")
+    assert kernels(Layout.strided((2, 6, 6, 8), (1, 96, 16, 2), "bfloat16"), w8)[0].startswith("conv_im2col")
+    assert kernels(Layout.strided((2, 6, 6, 8), (292, 48, 8, 1), "bfloat16"), w8)[0].startswith("conv_im2col")
+    assert kernels(R((2, 6, 6, 8), "float32"), R((16, 3, 3, 8), "float32"))[0].startswith("conv_im2col")
+    monkeypatch.setenv(conv.ENV, "im2col")
+    assert kernels(R((2, 6, 6, 8), "bfloat16"), w8)[0].startswith("conv_im2col")
+    monkeypatch.setenv(conv.ENV, "mma")
+    with pytest.raises(ValueError, match="MLX_AMD_CONV"):
+        kernels(R((2, 6, 6, 8), "bfloat16"), w8)
+    monkeypatch.delenv(conv.ENV)
+    monkeypatch.setenv("MLX_AMD_MATRIX_UNITS", "0")
+    assert kernels(R((2, 6, 6, 8), "bfloat16"), w8)[0].startswith("conv_im2col")
+
+
+def test_mma_position_tile_follows_the_units():
+    """BM = 128 once its blocks fill MMA_M128_BLOCKS_PER_CU per unit; 64 below (more blocks)."""
+    R = Layout.row_major
+    p = ((1, 1), (1, 1), (1, 1), (1, 1), (1, 1), 1, False)
+    for (n, h, c), bm in (((32, 56, 64), 128), ((32, 7, 512), 64), ((1, 8, 64), 64)):
+        xl, wl = R((n, h, h, c), "float16"), R((c, 3, 3, c), "float16")
+        plan = conv.plan_node(Node("Convolution", p, (xl, wl), (R((n, h, h, c), "float16"),)), Dev())
+        (st,) = plan.steps
+        assert st.kernel == f"conv_mma_float16_m{bm}"
+        tiles = -(-n * h * h // 128) * -(-c // 64)
+        assert (tiles >= conv.MMA_M128_BLOCKS_PER_CU * Dev.compute_units) == (bm == 128)

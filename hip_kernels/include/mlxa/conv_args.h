@@ -34,4 +34,31 @@ struct ConvArgs {
   int32_t flip;                          // taps in reverse (convolution, not correlation)
 };
 
+// The convolution on the matrix unit (implicit GEMM, 16-bit dtypes): out[p, g * cog + co] =
+// sum over k < kd of patch(p, k) * w[g * cog + co, k], the patch read straight from the input
+// (k = tap * cg + c). The launcher proves 8-element runs: unit channel stride, cg and every
+// input stride multiples of 8, the weight row-major (C_out, kd); the kernel checks the bases'
+// 16-byte alignment for its asynchronous copies.
+struct ConvMmaArgs {
+  const void* in;
+  const void* w;
+  void* out;
+  int64_t positions;                     // N x output spatial
+  int64_t in_strides[1 + MLXA_CONV_DIMS];  // batch, spatial... (elements; channel stride 1)
+  int32_t in_spatial[MLXA_CONV_DIMS];
+  int32_t out_spatial[MLXA_CONV_DIMS];
+  int32_t kernel[MLXA_CONV_DIMS];
+  int32_t stride[MLXA_CONV_DIMS];
+  int32_t pad_lo[MLXA_CONV_DIMS];
+  int32_t kdil[MLXA_CONV_DIMS];
+  int32_t idil[MLXA_CONV_DIMS];
+  int32_t cg;                            // input channels per group
+  int32_t cog;                           // output channels per group
+  int32_t c_out;                         // output row length
+  int32_t kd;                            // ktot * cg
+  int32_t flip;
+  int32_t dilated;                       // some idil > 1
+  int32_t out_vec;                       // 16-byte output stores proven
+};
+
 }  // extern "C"

@@ -10,7 +10,13 @@ padding_hi, kernel_dilation, input_dilation, groups, flip. An output element is
 with g = co // (C_out / groups), tap(k) = K - 1 - k when flipping, and x~ the input
 with (input_dilation - 1) zeros between its elements (taps outside it read 0).
 
-Plan: our im2col kernel (hip_kernels/conv.hip) writes the patches of a chunk of output
+Plan, float16/bfloat16 where the device has a matrix unit (mlxa/mma.h; runtime/matrix_units.py
+checks it against a host reference at first use): one launch of conv_mma, the implicit GEMM
+that reads each patch straight from the input into shared memory (no patches in memory), when
+the layouts give 8-element runs (unit channel stride, C_in per group and every input stride
+multiples of 8); ``MLX_AMD_CONV=im2col`` takes the path below instead (benchmarks, tests).
+
+Otherwise: our im2col kernel (hip_kernels/conv.hip) writes the patches of a chunk of output
 positions into a temporary (at most CHUNK_BYTES), then the matmul family's plan for a
 synthetic Matmul multiplies them by the weight seen as a (taps * Cg, C_out) matrix (the
 vendor GEMM: tensor cores on both vendors), its buffer references remapped onto our
@@ -27,9 +33,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import struct
 
 from .. import kernel_table as kt
+from .. import matrix_units
 from ..launch import Launch
 from ..plan import Layout, Memset, Node, Plan, compute_units, embed, inp, out as out_ref, tmp
 from . import copy as copy_family
@@ -50,7 +58,13 @@ _I32 = 2**31 - 1
 
 # ---- argument struct (include/mlxa/conv_args.h) ----------------------------------------
 _TAIL = struct.Struct("<3q" + f"{2 + DIMS}q" + f"{7 * DIMS}i" + "5i")
-ARG_STRUCTS = {"ConvArgs": (2, 16 + _TAIL.size)}
+_MMA_TAIL = struct.Struct("<q" + f"{1 + DIMS}q" + f"{7 * DIMS}i" + "7i")
+ARG_STRUCTS = {"ConvArgs": (2, 16 + _TAIL.size), "ConvMmaArgs": (3, 24 + _MMA_TAIL.size)}
+
+ENV = "MLX_AMD_CONV"              # auto (default) | im2col
+MMA_VE = 8                        # elements of one 16-byte run of a 16-bit dtype
+MMA_M128_BLOCKS_PER_CU = 2        # BM = 128 when its blocks fill this many per unit, else 64
+MMA_BM = None                     # tests and benchmarks: force a position tile
 
 
 def conv_tail(p0, positions, n_work, in_strides, in_spatial, out_spatial, kernel, stride, pad_lo,
@@ -165,6 +179,75 @@ def _im2col(x: Layout, g: Geometry, p0: int, P: int, x_ref, t_ref, device) -> La
     return Launch(FAMILY, name, grid, (BLOCK, 1, 1), 0, 2, tail, (x_ref, t_ref))
 
 
+# ---- the implicit GEMM on the matrix unit -------------------------------------------------------
+def mma_tail(g: Geometry, x: Layout, out_vec: bool) -> bytes:
+    sp = _pad(x.strides[1:-1], 0)
+    return _MMA_TAIL.pack(g.positions, x.strides[0], *sp, *g.in_spatial, *g.out_spatial, *g.kernel, *g.stride,
+                          *g.pad_lo, *g.kdil, *g.idil, g.Cg, g.Cog, g.C_out, g.kd, int(g.flip),
+                          int(any(d > 1 for d in g.idil)), int(out_vec))
+
+
+def _mma_fits(x: Layout, g: Geometry) -> bool:
+    """The layouts give the kernel its 8-element runs and its sizes fit the grid."""
+    st = x.strides
+    return (st[-1] == 1 and g.Cg % MMA_VE == 0 and all(s % MMA_VE == 0 for s in st[:-1])
+            and g.G <= 65535 and -(-g.Cog // kt.table(FAMILY).MMA_BN) <= 65535 and g.kd <= _I32
+            and all(o * s + p + k * kd < _I32 and i * di < _I32     # the kernel's 32-bit coordinates
+                    for o, s, p, k, kd, i, di in zip(g.out_spatial, g.stride, g.pad_lo, g.kernel, g.kdil,
+                                                     g.in_spatial, g.idil)))
+
+
+def mma_launch(g: Geometry, x: Layout, dt: str, x_ref, w_ref, o_ref, device, bm=None) -> Launch:
+    t = kt.table(FAMILY)
+    cu = compute_units(device)
+    tiles = lambda m: -(-g.positions // m) * -(-g.Cog // t.MMA_BN) * g.G
+    if bm is None:
+        bm = MMA_BM or (128 if tiles(128) >= MMA_M128_BLOCKS_PER_CU * cu else 64)
+    out_vec = g.C_out % MMA_VE == 0 and g.Cog % MMA_VE == 0
+    grid = (-(-g.positions // bm), -(-g.Cog // t.MMA_BN), g.G)
+    block = t.mma_block(matrix_units.backend(device, dt))
+    return Launch(FAMILY, t.mma(dt, bm), grid, (block, 1, 1), 0, 3, mma_tail(g, x, out_vec), (x_ref, w_ref, o_ref))
+
+
+def _mma_usable(device, dt: str) -> bool:
+    mode = os.environ.get(ENV, "auto").strip().lower()
+    if mode not in ("auto", "im2col"):
+        raise ValueError(f"{ENV}={mode!r}: expected auto or im2col")
+    return mode == "auto" and dt in kt.table(FAMILY).MMA_DTYPES and matrix_units.usable(FAMILY, device, dt, mma_selftest)
+
+
+# The self-test (matrix_units.usable): two groups of 24 input channels, 40 output channels each
+# (a partial channel tile), 3x3 taps with a stride and padding, 72 positions (a partial position
+# tile), depth 216 (a partial depth chunk); both position tiles; against the direct definition
+# of the rounded inputs. A wrong lane layout errs by the outputs' own size; the tolerance sits
+# above the rounding of the 16-bit result.
+SELFTEST_PARAMS = ((1, 2), (1, 1), (1, 1), (1, 1), (1, 1), 2, False)
+SELFTEST_SHAPES = ((2, 9, 7, 48), (80, 3, 3, 24))
+SELFTEST_TOL = {"float16": 2e-3, "bfloat16": 1.6e-2}      # of the largest |output|
+SELFTEST_PERTURB = None                # tests: a function applied to the matrix-unit result
+
+
+def mma_selftest(rt, dt: str) -> tuple:
+    import numpy as np
+
+    dev = rt.props
+    rng = np.random.default_rng(4321)
+    xs, ws = SELFTEST_SHAPES
+    bufs = [matrix_units.to16(rng.standard_normal(s).astype(np.float32), dt) for s in (xs, ws)]
+    ref = reference(matrix_units.from16(bufs[0], dt).reshape(xs), matrix_units.from16(bufs[1], dt).reshape(ws),
+                    *SELFTEST_PARAMS)
+    lays = (Layout.row_major(xs, dt), Layout.row_major(ws, dt))
+    g = geometry(Node("Convolution", SELFTEST_PARAMS, lays, (Layout.row_major(ref.shape, dt),)))
+    tol = SELFTEST_TOL[dt] * float(np.max(np.abs(ref)))
+    for bm in kt.table(FAMILY).MMA_BM:
+        steps = {"mma": mma_launch(g, lays[0], dt, inp(0), inp(1), out_ref(0), dev, bm)}
+        ok, why = matrix_units.compare_twins(rt, bufs, steps, lambda i, o: (i[0], i[1], o), ref.size, dt, tol,
+                                             SELFTEST_PERTURB, f"conv_mma m{bm}", reference=ref)
+        if not ok:
+            return ok, why
+    return True, ""
+
+
 def _is_pointwise(x: Layout, g: Geometry) -> bool:
     return (g.G == 1 and g.ktot == 1 and all(s == 1 for s in g.stride) and not any(g.pad_lo)
             and all(d == 1 for d in g.idil) and g.in_spatial == g.out_spatial and x.row_contiguous)
@@ -201,6 +284,9 @@ def plan_node(node, device):
         B = Layout.strided((kd, g.C_out), (1, kd), dt)
         gemm = _gemm_steps(A, B, Layout.row_major((M, g.C_out), dt), inp(0), w_ref, out_ref(0), temps, device)
         return None if gemm is None else Plan(tuple(steps + gemm), temps=tuple(temps))
+    if _mma_fits(x, g) and _mma_usable(device, dt):
+        steps.append(mma_launch(g, x, dt, inp(0), w_ref, out_ref(0), device))
+        return Plan(tuple(steps), temps=tuple(temps))
     # chunks of output positions whose patches fit CHUNK_BYTES
     per_pos = g.G * kd * isz
     P = max(1, min(M, CHUNK_BYTES // per_pos))
