@@ -78,8 +78,10 @@ MLXA_DEVICE void im2col(const ConvArgs& a) {
 // target has them (zero-filled outside the input, past kd and past the tile's rows). Wave w owns
 // rows [w BM / waves, +BM / waves) x all kConvBN columns: its A operands load once per 16-deep
 // step, the weight tile's are read by every wave. The result goes through shared memory so the
-// stores are whole 16-byte runs of an output row.
-constexpr int kConvWaves = 4, kConvBN = 64, kConvBK = 32, kConvStages = 3;
+// stores are whole 16-byte runs of an output row. Three stages where copies are asynchronous
+// (NVIDIA); two elsewhere, where a copy completes in the issuing thread and a third stage only
+// halves the workgroups a CU holds (one, at BM = 128 on CDNA).
+constexpr int kConvWaves = 4, kConvBN = 64, kConvBK = 32, kConvStages = MLXA_PLATFORM_NVIDIA ? 3 : 2;
 
 template <typename T, int BM>
 MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
