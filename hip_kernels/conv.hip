@@ -81,7 +81,10 @@ MLXA_DEVICE void im2col(const ConvArgs& a) {
 // stores are whole 16-byte runs of an output row. Three stages where copies are asynchronous
 // (NVIDIA); two elsewhere, where a copy completes in the issuing thread and a third stage only
 // halves the workgroups a CU holds (one, at BM = 128 on CDNA).
-constexpr int kConvWaves = 4, kConvBN = 64, kConvBK = 32, kConvStages = MLXA_PLATFORM_NVIDIA ? 3 : 2;
+constexpr int kConvWaves = 4;
+constexpr int kConvBN = 64;   // output channels a block
+constexpr int kConvBK = 32;   // depth a stage
+constexpr int kConvStages = MLXA_PLATFORM_NVIDIA ? 3 : 2;
 
 template <typename T, int BM>
 MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
@@ -273,7 +276,7 @@ MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
 #define MLXA_CONV_BLOCK 256   // kernel_tables/conv.py BLOCK
 #define MLXA_IM2COL(name, T) \
   MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(MLXA_CONV_BLOCK) name(ConvArgs a) { mlxa::conv::im2col<T>(a); }
-// four waves of 64 lanes on CDNA, of 32 elsewhere (kernel_tables/conv.py mma_block); NVIDIA:
+// kConvWaves waves of the tiles' own width (kernel_tables/conv.py mma_block); NVIDIA:
 // three blocks a multiprocessor fit the shared memory of BM = 128, registers capped to match
 #if MLXA_PLATFORM_NVIDIA
 #define MLXA_CONV_MMA_BOUNDS MLXA_LAUNCH_BOUNDS_MIN(128, 3)
