@@ -29,43 +29,50 @@ MLXA_DEVICE void im2col(const ConvArgs& a) {
   const int vec = a.vec;
   const bool wide = vec == V && ((uintptr_t)in & 15) == 0;
   const int64_t cgv = a.cg / vec;
+  const int64_t cs = a.in_strides[1 + MLXA_CONV_DIMS];
+  // a work item is one run of channels of one output position, taken through every tap: the
+  // position's decode (64-bit divisions, the costly part when every tap did it) once per ktot
+  // runs written, the taps by counters
   for (int64_t w = global_thread<int64_t>(); w < a.n_work; w += grid_threads<int64_t>()) {
-    int64_t t = w / cgv;
+    const int64_t t = w / cgv;
     const int64_t c = (w - t * cgv) * vec;
-    const int64_t k = t % a.ktot;
-    t /= a.ktot;
     const int64_t p = t % a.positions;
     const int64_t g = t / a.positions;
-    // output position -> (n, o0, o1, o2); tap -> (k0, k1, k2)
     int64_t pos = a.p0 + p;
-    int64_t o[MLXA_CONV_DIMS], kk[MLXA_CONV_DIMS];
-    int64_t kr = k;
+    int o[MLXA_CONV_DIMS];
 #pragma unroll
     for (int d = MLXA_CONV_DIMS - 1; d >= 0; --d) {
-      o[d] = pos % a.out_spatial[d];
+      o[d] = (int)(pos % a.out_spatial[d]);
       pos /= a.out_spatial[d];
-      kk[d] = kr % a.kernel[d];
-      kr /= a.kernel[d];
     }
-    int64_t off = pos * a.in_strides[0] + (g * a.cg + c) * a.in_strides[1 + MLXA_CONV_DIMS];
-    bool inside = true;
+    const int64_t base = pos * a.in_strides[0] + (g * a.cg + c) * cs;
+    T* dst = out + (t * a.ktot) * a.cg + c;
+    int kk[MLXA_CONV_DIMS] = {};
+    for (int k = 0; k < a.ktot; ++k, dst += a.cg) {
+      int64_t off = base;
+      bool inside = true;
 #pragma unroll
-    for (int d = 0; d < MLXA_CONV_DIMS; ++d) {
-      const int64_t tap = a.flip ? a.kernel[d] - 1 - kk[d] : kk[d];
-      // position in the input dilated by idil and padded by pad_lo in front
-      const int64_t q = o[d] * a.stride[d] + tap * a.kdil[d] - a.pad_lo[d];
-      const int64_t qi = q / a.idil[d];
-      inside = inside && q >= 0 && qi * a.idil[d] == q && qi < a.in_spatial[d];
-      off += qi * a.in_strides[1 + d];
-    }
-    T* dst = out + w * vec;
-    if (wide) {
-      Bytes16 v{};
-      if (inside) v = *(const Bytes16*)(in + off);
-      *(Bytes16*)dst = v;
-    } else {
-      const int64_t cs = a.in_strides[1 + MLXA_CONV_DIMS];
-      for (int j = 0; j < vec; ++j) dst[j] = inside ? in[off + j * cs] : T(0);
+      for (int d = 0; d < MLXA_CONV_DIMS; ++d) {
+        const int tap = a.flip ? a.kernel[d] - 1 - kk[d] : kk[d];
+        // position in the input dilated by idil and padded by pad_lo in front
+        const int64_t q = (int64_t)o[d] * a.stride[d] + (int64_t)tap * a.kdil[d] - a.pad_lo[d];
+        const int64_t qi = a.idil[d] == 1 ? q : q / a.idil[d];
+        inside = inside && q >= 0 && qi * a.idil[d] == q && qi < a.in_spatial[d];
+        off += qi * a.in_strides[1 + d];
+      }
+      if (wide) {
+        Bytes16 v{};
+        if (inside) v = *(const Bytes16*)(in + off);
+        *(Bytes16*)dst = v;
+      } else {
+        for (int j = 0; j < vec; ++j) dst[j] = inside ? in[off + j * cs] : T(0);
+      }
+      // the next tap: the last kernel dim counts fastest
+#pragma unroll
+      for (int d = MLXA_CONV_DIMS - 1; d >= 0; --d) {
+        if (++kk[d] < a.kernel[d]) break;
+        kk[d] = 0;
+      }
     }
   }
 }

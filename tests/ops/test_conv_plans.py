@@ -143,9 +143,9 @@ class Machine(_MatmulMachine):
         a = decode(st.tail)
         (ib, io), (pb, po) = self.ptr(st.refs[0]), self.ptr(st.refs[1])
         vec, cg, ktot, P = a["vec"], a["cg"], a["ktot"], a["positions"]
-        assert st.grid[0] * st.block[0] > 0 and a["n_work"] == P * a["groups"] * ktot * (cg // vec)
+        assert st.grid[0] * st.block[0] > 0 and a["n_work"] == P * a["groups"] * (cg // vec)
         cs = a["in_strides"][-1]
-        for w in range(a["n_work"]):
+        for w in range(a["n_work"] * ktot):
             t, c = divmod(w, cg // vec)
             c *= vec
             t, k = divmod(t, ktot)

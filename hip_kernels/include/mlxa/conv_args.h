@@ -18,7 +18,7 @@ struct ConvArgs {
   void* patches;
   int64_t p0;
   int64_t positions;
-  int64_t n_work;                        // positions * groups * ktot * (cg / vec)
+  int64_t n_work;                        // positions * groups * (cg / vec): each through all ktot taps
   int64_t in_strides[2 + MLXA_CONV_DIMS];  // batch, spatial..., channel (elements)
   int32_t in_spatial[MLXA_CONV_DIMS];
   int32_t out_spatial[MLXA_CONV_DIMS];

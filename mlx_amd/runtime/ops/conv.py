@@ -177,7 +177,7 @@ def _vec(x: Layout, g: Geometry) -> int:
 
 def _im2col(x: Layout, g: Geometry, p0: int, P: int, x_ref, t_ref, device) -> Launch:
     vec = _vec(x, g)
-    n_work = P * g.G * g.ktot * (g.Cg // vec)
+    n_work = P * g.G * (g.Cg // vec)
     sp = _pad(x.strides[1:-1], 0)
     in_strides = (x.strides[0], *sp, x.strides[-1])
     tail = conv_tail(p0, P, n_work, in_strides, g.in_spatial, g.out_spatial, g.kernel, g.stride, g.pad_lo,
