@@ -65,19 +65,18 @@ def main(argv=None):
             if tname != "float32":
                 variants.append((" im2col+gemm", {conv.ENV: "im2col"}))
                 if args.tiles:
-                    variants += [(f" conv_mma m{bm} split {sp}", {"MMA_BM": bm, "MMA_SPLITS": sp})
-                                 for bm in conv.kt.table("conv").MMA_BM for sp in (1, 2, 4)]
+                    variants += [(f" conv_mma m{bm}", {"MMA_BM": bm}) for bm in conv.kt.table("conv").MMA_BM]
             times = {}
             for tag, env in variants:
-                saved = {name: os.environ.get(name) for name in env if name.startswith("MLX_")}
-                os.environ.update({name: str(v) for name, v in env.items() if name.startswith("MLX_")})
-                conv.MMA_BM, conv.MMA_SPLITS = env.get("MMA_BM"), env.get("MMA_SPLITS")
+                saved = {k: os.environ.get(k) for k in env if k.startswith("MLX_")}
+                os.environ.update({k: str(v) for k, v in env.items() if k.startswith("MLX_")})
+                conv.MMA_BM = env.get("MMA_BM")
                 try:
                     times[tag] = node()
                 finally:
-                    conv.MMA_BM = conv.MMA_SPLITS = None
-                    for name, v in saved.items():
-                        os.environ.pop(name) if v is None else os.environ.__setitem__(name, v)
+                    conv.MMA_BM = None
+                    for k, v in saved.items():
+                        os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
             fn = torch_conv(tname, h, cin, cout, k, s, p)
             ref = None
             if fn is not None:

@@ -113,10 +113,7 @@ MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
 
     const int tid = (int)threadIdx.x, wave = tid / W, lane = tid % W;
     const int64_t m0 = (int64_t)blockIdx.x * BM;
-    const int n0 = (int)blockIdx.y * BN, g = (int)blockIdx.z / a.splits, split = (int)blockIdx.z % a.splits;
-    const int n_k_all = (a.kd + BK - 1) / BK;
-    const int t_begin = split * a.split_stages;
-    const int n_k = (n_k_all - t_begin < a.split_stages ? n_k_all - t_begin : a.split_stages);
+    const int n0 = (int)blockIdx.y * BN, g = (int)blockIdx.z;
     const T* const x = (const T*)a.in;
     const T* const wt = (const T*)a.w;
     const int kv = tid % NV, r0 = tid / NV;   // this thread's 8-channel run and first row
@@ -151,8 +148,8 @@ MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
 
     // the thread's depth position k = tap * cg + c advances by BK a stage; the tap's offsets
     // (tap * kdil, flipped) change only when the tap does
-    const int k_first = t_begin * BK + kv * VE;
-    int tap = k_first / a.cg, c = k_first - tap * a.cg, dq[MLXA_CONV_DIMS];
+    int c = kv * VE, tap = 0, dq[MLXA_CONV_DIMS];
+    while (c >= a.cg) c -= a.cg, ++tap;
     auto set_tap = [&]() {
       int t = tap;
 #pragma unroll
@@ -179,7 +176,7 @@ MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
         *(Vec<T, VE>*)dst = v;
       }
     };
-    auto issue = [&](int t) {   // t counts this split's stages
+    auto issue = [&](int t) {
       T* sa = sm + (t % kConvStages) * STAGE;
       T* sb = sa + BM * PITCH;
       const bool kin = tap < ktot;
@@ -223,6 +220,7 @@ MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
 #pragma unroll
         for (int e = 0; e < M::kNS; ++e) acc[i][j].v[e] = 0.0f;
 
+    const int n_k = (a.kd + BK - 1) / BK;
 #pragma unroll
     for (int t = 0; t < kConvStages - 1; ++t) {
       if (t < n_k) issue(t);
@@ -249,20 +247,6 @@ MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
       }
     }
     copy_async_wait<0>();
-    if (a.splits > 1) {   // float partials, straight from the accumulators
-      float* const part = (float*)a.part + (int64_t)split * a.positions * a.c_out + (int64_t)g * a.cog;
-#pragma unroll
-      for (int i = 0; i < RT; ++i)
-#pragma unroll
-        for (int j = 0; j < CT; ++j)
-#pragma unroll
-          for (int e = 0; e < M::kNS; ++e) {
-            const int64_t p = m0 + wave * WM + 16 * i + M::query(M::slot(e), lane);
-            const int co = n0 + 16 * j + M::col(e, lane);
-            if (p < a.positions && co < a.cog) part[p * a.c_out + co] = acc[i][j].v[e];
-          }
-      return;
-    }
     sync_block();   // every wave is past its last operand read: the stages become the output tile
 
     T* const so = sm;
@@ -293,17 +277,6 @@ MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
   }
 }
 
-template <typename T>
-MLXA_DEVICE void split_sum(const ConvSplitSumArgs& a) {
-  const float* part = (const float*)a.part;
-  T* out = (T*)a.out;
-  for (int64_t i = global_thread<int64_t>(); i < a.n; i += grid_threads<int64_t>()) {
-    float s = 0.0f;
-    for (int k = 0; k < a.splits; ++k) s += part[k * a.n + i];
-    out[i] = cast<T>(s);
-  }
-}
-
 }  // namespace conv
 }  // namespace mlxa
 
@@ -319,8 +292,5 @@ MLXA_DEVICE void split_sum(const ConvSplitSumArgs& a) {
 #endif
 #define MLXA_CONV_MMA(name, T, BM) \
   MLXA_GLOBAL void MLXA_CONV_MMA_BOUNDS name(ConvMmaArgs a) { mlxa::conv::conv_mma<T, BM>(a); }
-
-#define MLXA_CONV_SPLIT_SUM(name, T) \
-  MLXA_GLOBAL void MLXA_LAUNCH_BOUNDS(MLXA_CONV_BLOCK) name(ConvSplitSumArgs a) { mlxa::conv::split_sum<T>(a); }
 
 #include "conv.inc"

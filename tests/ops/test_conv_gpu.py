@@ -161,15 +161,14 @@ def mma_kernels(gpu_runtime, monkeypatch):
     ev.drop_programs()
 
 
-@pytest.mark.parametrize("bm,splits", [(None, None), (64, 1), (128, 1), (64, 3), (128, 2)])
+@pytest.mark.parametrize("bm", [None, 64, 128])
 @pytest.mark.parametrize("dtype,case", [(dt, c) for dt in ("float16", "bfloat16") for c in range(len(MMA))])
-def test_matrix_unit_conv(gpu_runtime, mma_kernels, monkeypatch, dtype, case, bm, splits):
+def test_matrix_unit_conv(gpu_runtime, mma_kernels, monkeypatch, dtype, case, bm):
     from mlx_amd.runtime import matrix_units
     from mlx_amd.runtime.ops import conv
     if matrix_units.backend(gpu_runtime.props, dtype) is None:
         pytest.skip(f"no matrix-tile backend on {gpu_runtime.props.arch}")
     monkeypatch.setattr(conv, "MMA_BM", bm)
-    monkeypatch.setattr(conv, "MMA_SPLITS", splits)
     xs, ws, stride, pad, kdil, idil, groups, flip = MMA[case]
     fn = lambda x, w: mx.conv_general(x, w, stride=stride, padding=pad, kernel_dilation=kdil,
                                       input_dilation=idil, groups=groups, flip=flip)

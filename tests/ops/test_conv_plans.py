@@ -54,17 +54,14 @@ _MMA_PROBE = r"""
 #define F(f) std::printf(#f " %zu\n", offsetof(ConvMmaArgs, f));
 int main() {
   std::printf("sizeof %zu\n", sizeof(ConvMmaArgs));
-  F(in) F(w) F(out) F(part) F(positions) F(in_strides) F(in_spatial) F(out_spatial) F(kernel) F(stride) F(pad_lo)
-  F(kdil) F(idil) F(cg) F(cog) F(c_out) F(kd) F(flip) F(dilated) F(out_vec) F(splits) F(split_stages)
-  std::printf("sum_sizeof %zu\n", sizeof(ConvSplitSumArgs));
-  std::printf("sum_n %zu\n", offsetof(ConvSplitSumArgs, n));
-  std::printf("sum_splits %zu\n", offsetof(ConvSplitSumArgs, splits));
+  F(in) F(w) F(out) F(positions) F(in_strides) F(in_spatial) F(out_spatial) F(kernel) F(stride) F(pad_lo)
+  F(kdil) F(idil) F(cg) F(cog) F(c_out) F(kd) F(flip) F(dilated) F(out_vec)
 }
 """
 MMA_FIELDS = [("positions", "q"), ("in_strides", f"{1 + DIMS}q"), ("in_spatial", f"{DIMS}i"),
               ("out_spatial", f"{DIMS}i"), ("kernel", f"{DIMS}i"), ("stride", f"{DIMS}i"), ("pad_lo", f"{DIMS}i"),
               ("kdil", f"{DIMS}i"), ("idil", f"{DIMS}i"), ("cg", "i"), ("cog", "i"), ("c_out", "i"), ("kd", "i"),
-              ("flip", "i"), ("dilated", "i"), ("out_vec", "i"), ("splits", "i"), ("split_stages", "i")]
+              ("flip", "i"), ("dilated", "i"), ("out_vec", "i")]
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +73,12 @@ def c_layout(tmp_path_factory):
 def test_mma_struct_matches_c(tmp_path):
     c = {line.split()[0]: int(line.split()[1]) for line in probe_output(_MMA_PROBE, tmp_path).splitlines()}
     nptr, size = conv.ARG_STRUCTS["ConvMmaArgs"]
-    assert c["sizeof"] == size and (c["w"], c["out"], c["part"]) == (8, 16, 24)
+    assert c["sizeof"] == size and (c["w"], c["out"]) == (8, 16)
     off = 8 * nptr
     for f, fmt in MMA_FIELDS:
         assert c[f] == off, f
         off += struct.calcsize("<" + fmt)
     assert off == size
-    assert conv.ARG_STRUCTS["ConvSplitSumArgs"] == (2, c["sum_sizeof"]) and (c["sum_n"], c["sum_splits"]) == (16, 24)
 
 
 def test_struct_matches_c(c_layout):
@@ -99,8 +95,7 @@ def test_struct_matches_c(c_layout):
 def test_kernel_table_is_lean():
     names = kt.kernel_names("conv")
     assert names == ["conv_im2col_uint16_uint16", "conv_im2col_uint32_uint32", "conv_im2col_uint64_uint64",
-                     "conv_mma_float16_m128", "conv_mma_float16_m64", "conv_split_sum_float16",
-                     "conv_mma_bfloat16_m128", "conv_mma_bfloat16_m64", "conv_split_sum_bfloat16"]
+                     "conv_mma_float16_m128", "conv_mma_float16_m64", "conv_mma_bfloat16_m128", "conv_mma_bfloat16_m64"]
 
 
 def decode(tail, fields=FIELDS, lead=16):
@@ -122,10 +117,6 @@ class Machine(_MatmulMachine):
         for st in plan.steps:
             if isinstance(st, Launch) and st.kernel.startswith("conv_mma"):
                 self.conv_mma(st)
-            elif isinstance(st, Launch) and st.kernel.startswith("conv_split_sum"):
-                n, splits, _ = struct.unpack("<qii", st.tail)
-                (pb, po), (ob, oo) = (self.ptr(r) for r in st.refs)
-                ob[oo:oo + n] = pb[po:po + splits * n].reshape(splits, n).sum(0)
             elif isinstance(st, Launch) and st.family == "conv":
                 self.im2col(st)
             elif isinstance(st, Launch) and st.family == "copytest":
@@ -168,15 +159,12 @@ class Machine(_MatmulMachine):
 
     def conv_mma(self, st):
         """The contract of conv_args.h's ConvMmaArgs, position by position."""
-        a = decode(st.tail, MMA_FIELDS, 32)
-        (ib, io), (wb, wo), (ob, oo), (pb, po) = (self.ptr(r) for r in st.refs)
-        P, cg, cog, kd, c_out, S = a["positions"], a["cg"], a["cog"], a["kd"], a["c_out"], a["splits"]
+        a = decode(st.tail, MMA_FIELDS, 24)
+        (ib, io), (wb, wo), (ob, oo) = (self.ptr(r) for r in st.refs)
+        P, cg, cog, kd, c_out = a["positions"], a["cg"], a["cog"], a["kd"], a["c_out"]
         bm = int(st.kernel.rsplit("_m", 1)[1])
-        G = st.grid[2] // S
-        BK = conv.kt.table("conv").MMA_BK
-        assert st.grid == (-(-P // bm), -(-cog // conv.kt.table("conv").MMA_BN), G * S) and G * cog == c_out
-        # every split has stages; together they cover the depth once
-        assert S == 1 or (S - 1) * a["split_stages"] < -(-kd // BK) <= S * a["split_stages"]
+        G = st.grid[2]
+        assert st.grid == (-(-P // bm), -(-cog // conv.kt.table("conv").MMA_BN), G) and G * cog == c_out
         assert st.block == (conv.kt.table("conv").MMA_WAVES * 32, 1, 1)
         assert a["dilated"] == any(d > 1 for d in a["idil"]) and cg % 8 == 0
         assert all(s % 8 == 0 for s in a["in_strides"])
@@ -200,13 +188,7 @@ class Machine(_MatmulMachine):
                     if inside:
                         patch[k * cg:(k + 1) * cg] = ib[io + off:io + off + cg]
                 rows = (g * cog + np.arange(cog))[:, None] * kd + np.arange(kd)
-                if S == 1:
-                    ob[oo + p * c_out + g * cog:oo + p * c_out + (g + 1) * cog] = wb[wo + rows] @ patch
-                    continue
-                for sp in range(S):
-                    lo, hi = sp * a["split_stages"] * BK, min(kd, (sp + 1) * a["split_stages"] * BK)
-                    at = po + (sp * P + p) * c_out + g * cog
-                    pb[at:at + cog] = wb[wo + rows[:, lo:hi]] @ patch[lo:hi]
+                ob[oo + p * c_out + g * cog:oo + p * c_out + (g + 1) * cog] = wb[wo + rows] @ patch
 
 
 @pytest.fixture
@@ -390,25 +372,16 @@ def spatial_slice(rng, shape):
 
 @pytest.mark.parametrize("case", MMA_CASES, ids=lambda c: f"{len(c[0]) - 2}d_g{c[7]}_{'f' if c[8] else 'c'}")
 @pytest.mark.parametrize("kind", ["row", "spatial", "weight_t"])
-@pytest.mark.parametrize("dtype,splits", [("bfloat16", None), ("float16", None), ("bfloat16", 3)])
-def test_mma_plans_compute_the_convolution(monkeypatch, traced_copies, case, kind, dtype, splits):
-    monkeypatch.setattr(conv, "MMA_SPLITS", splits)
-    monkeypatch.setattr(conv.kt.table("conv"), "MMA_BK", 8)    # several stages in these small depths
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_mma_plans_compute_the_convolution(monkeypatch, traced_copies, case, kind, dtype):
     xs, ws, *params = case
     rng = np.random.default_rng(len(xs) * 5 + params[5])
     x = spatial_slice(rng, xs) if kind == "spatial" else operand(rng, xs, "row")
     w = operand(rng, ws, "transposed" if kind == "weight_t" else "row")
     plan, ref = run_dtype(x, w, tuple(params), dtype)
     kinds = [s.kernel if isinstance(s, Launch) else type(s).__name__ for s in plan.steps]
-    mma = [k for k in kinds if k.startswith(f"conv_mma_{dtype}_m")]
-    split = [k for k in kinds if k.startswith("conv_split_sum")]
-    assert len(mma) == 1 and kinds[:kinds.index(mma[0])] == (["copy0"] if kind == "weight_t" else []), kinds
-    st = plan.steps[kinds.index(mma[0])]
-    S = decode(st.tail, MMA_FIELDS, 32)["splits"]
-    assert split == ([f"conv_split_sum_{dtype}"] if S > 1 else []), kinds
-    if splits is not None:   # the forced count, less any split that would have no stages
-        stages = -(-ws[-1] * math.prod(ws[1:-1]) // 8)
-        assert S == -(-stages // -(-stages // splits))
+    assert kinds[-1].startswith(f"conv_mma_{dtype}_m"), kinds
+    assert kinds[:-1] == (["copy0"] if kind == "weight_t" else []), kinds
 
 
 def run_dtype(x_op, w_op, params, dtype):
@@ -452,23 +425,14 @@ def test_mma_declines_what_it_cannot_read(monkeypatch):
     assert kernels(R((2, 6, 6, 8), "bfloat16"), w8)[0].startswith("conv_im2col")
 
 
-def test_mma_position_tile_and_splits_follow_the_units():
-    """BM = 128 once its blocks fill MMA_M128_BLOCKS_PER_CU per unit; 64 below (more blocks);
-    depth splits where those are still short of MMA_SPLIT_BLOCKS_PER_CU a unit, each split
-    MMA_SPLIT_MIN_STAGES stages or more."""
+def test_mma_position_tile_follows_the_units():
+    """BM = 128 once its blocks fill MMA_M128_BLOCKS_PER_CU per unit; 64 below (more blocks)."""
     R = Layout.row_major
     p = ((1, 1), (1, 1), (1, 1), (1, 1), (1, 1), 1, False)
-    cu = Dev.compute_units
-    for (n, h, c), bm, splits in (((32, 56, 64), 128, 1), ((32, 7, 512), 64, 3), ((1, 8, 64), 64, 2),
-                                  ((1, 8, 16), 64, 1)):
+    for (n, h, c), bm in (((32, 56, 64), 128), ((32, 7, 512), 64), ((1, 8, 64), 64)):
         xl, wl = R((n, h, h, c), "float16"), R((c, 3, 3, c), "float16")
         plan = conv.plan_node(Node("Convolution", p, (xl, wl), (R((n, h, h, c), "float16"),)), Dev())
-        st = plan.steps[0]
-        assert st.kernel == f"conv_mma_float16_m{bm}" and st.grid[2] == splits
+        (st,) = plan.steps
+        assert st.kernel == f"conv_mma_float16_m{bm}"
         tiles = -(-n * h * h // 128) * -(-c // 64)
-        assert (tiles >= conv.MMA_M128_BLOCKS_PER_CU * cu) == (bm == 128)
-        if splits > 1:
-            assert [s.kernel for s in plan.steps[1:]] == ["conv_split_sum_float16"]
-            assert plan.temps == (splits * n * h * h * c * 4,)
-        else:
-            assert len(plan.steps) == 1 and plan.temps == ()
+        assert (tiles >= conv.MMA_M128_BLOCKS_PER_CU * Dev.compute_units) == (bm == 128)

@@ -39,14 +39,10 @@ struct ConvArgs {
 // (k = tap * cg + c). The launcher proves 8-element runs: unit channel stride, cg and every
 // input stride multiples of 8, the weight row-major (C_out, kd); the kernel checks the bases'
 // 16-byte alignment for its asynchronous copies.
-// With splits > 1 the grid's z runs over groups x splits; split s sums depth stages
-// [s * split_stages, +split_stages) into float partials part[s][position][c_out], and
-// conv_split_sum adds them into out.
 struct ConvMmaArgs {
   const void* in;
   const void* w;
   void* out;
-  void* part;                            // float partials (splits > 1), else unused
   int64_t positions;                     // N x output spatial
   int64_t in_strides[1 + MLXA_CONV_DIMS];  // batch, spatial... (elements; channel stride 1)
   int32_t in_spatial[MLXA_CONV_DIMS];
@@ -63,17 +59,6 @@ struct ConvMmaArgs {
   int32_t flip;
   int32_t dilated;                       // some idil > 1
   int32_t out_vec;                       // 16-byte output stores proven
-  int32_t splits;                        // depth splits (1: the block writes out itself)
-  int32_t split_stages;                  // depth stages of kConvBK per split
-};
-
-// out[i] = sum over s < splits of part[s * n + i], rounded once to the output dtype.
-struct ConvSplitSumArgs {
-  const void* part;
-  void* out;
-  int64_t n;
-  int32_t splits;
-  int32_t pad_;
 };
 
 }  // extern "C"

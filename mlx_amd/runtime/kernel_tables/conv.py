@@ -4,8 +4,7 @@ im2col moves bits: one kernel per element size (2, 4, 8 bytes: float16/bfloat16,
 float32, float64). Names: conv_im2col_<uintN>_<uintN>.
 
 conv_mma_<dtype>_m<BM>: the implicit GEMM on the matrix unit (mlxa/mma.h) for the 16-bit
-float dtypes, BM output positions by MMA_BN output channels a block (MMA_WAVES waves);
-conv_split_sum_<dtype>: the sum of its depth splits' float partials."""
+float dtypes, BM output positions by MMA_BN output channels a block (MMA_WAVES waves)."""
 
 BLOCK = 256    # MLXA_CONV_BLOCK
 BITS = {2: "uint16", 4: "uint32", 8: "uint64"}
@@ -26,10 +25,6 @@ def mma(dtype, bm):
     return f"conv_mma_{dtype}_m{int(bm)}"
 
 
-def split_sum(dtype):
-    return f"conv_split_sum_{dtype}"
-
-
 def mma_block(backend):
     """Threads per block: MMA_WAVES of the backend's own wave (MFMA's is 64 lanes)."""
     return MMA_WAVES * (64 if backend == "mfma" else 32)
@@ -42,4 +37,3 @@ def entries(kt):
     for dt in MMA_DTYPES:
         for bm in MMA_BM:
             yield mma(dt, bm), f"MLXA_CONV_MMA({mma(dt, bm)}, {kt.CTYPES[dt]}, {bm})"
-        yield split_sum(dt), f"MLXA_CONV_SPLIT_SUM({split_sum(dt)}, {kt.CTYPES[dt]})"

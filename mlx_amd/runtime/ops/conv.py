@@ -58,22 +58,13 @@ _I32 = 2**31 - 1
 
 # ---- argument struct (include/mlxa/conv_args.h) ----------------------------------------
 _TAIL = struct.Struct("<3q" + f"{2 + DIMS}q" + f"{7 * DIMS}i" + "5i")
-_MMA_TAIL = struct.Struct("<q" + f"{1 + DIMS}q" + f"{7 * DIMS}i" + "9i")
-_SUM_TAIL = struct.Struct("<qii")
-ARG_STRUCTS = {"ConvArgs": (2, 16 + _TAIL.size), "ConvMmaArgs": (4, 32 + _MMA_TAIL.size),
-               "ConvSplitSumArgs": (2, 16 + _SUM_TAIL.size)}
+_MMA_TAIL = struct.Struct("<q" + f"{1 + DIMS}q" + f"{7 * DIMS}i" + "7i")
+ARG_STRUCTS = {"ConvArgs": (2, 16 + _TAIL.size), "ConvMmaArgs": (3, 24 + _MMA_TAIL.size)}
 
 ENV = "MLX_AMD_CONV"              # auto (default) | im2col
 MMA_VE = 8                        # elements of one 16-byte run of a 16-bit dtype
 MMA_M128_BLOCKS_PER_CU = 2        # BM = 128 when its blocks fill this many per unit, else 64
 MMA_BM = None                     # tests and benchmarks: force a position tile
-# Depth splits where even BM = 64 leaves units short of blocks (ResNet's 7x7 512-channel layers:
-# 200 blocks for 132 units): enough splits for this many blocks a unit, each split at least
-# MMA_SPLIT_MIN_STAGES stages of the depth; float partials, then conv_split_sum.
-MMA_SPLIT_BLOCKS_PER_CU = 4
-MMA_SPLIT_MIN_STAGES = 8
-MMA_MAX_SPLITS = 16
-MMA_SPLITS = None                 # tests and benchmarks: force a split count
 
 
 def conv_tail(p0, positions, n_work, in_strides, in_spatial, out_spatial, kernel, stride, pad_lo,
@@ -189,11 +180,11 @@ def _im2col(x: Layout, g: Geometry, p0: int, P: int, x_ref, t_ref, device) -> La
 
 
 # ---- the implicit GEMM on the matrix unit -------------------------------------------------------
-def mma_tail(g: Geometry, x: Layout, out_vec: bool, splits: int = 1, split_stages: int = 0) -> bytes:
+def mma_tail(g: Geometry, x: Layout, out_vec: bool) -> bytes:
     sp = _pad(x.strides[1:-1], 0)
     return _MMA_TAIL.pack(g.positions, x.strides[0], *sp, *g.in_spatial, *g.out_spatial, *g.kernel, *g.stride,
                           *g.pad_lo, *g.kdil, *g.idil, g.Cg, g.Cog, g.C_out, g.kd, int(g.flip),
-                          int(any(d > 1 for d in g.idil)), int(out_vec), splits, split_stages)
+                          int(any(d > 1 for d in g.idil)), int(out_vec))
 
 
 def _mma_fits(x: Layout, g: Geometry) -> bool:
@@ -206,51 +197,16 @@ def _mma_fits(x: Layout, g: Geometry) -> bool:
                                                      g.in_spatial, g.idil)))
 
 
-def _mma_tiles(g: Geometry, bm: int) -> int:
-    return -(-g.positions // bm) * -(-g.Cog // kt.table(FAMILY).MMA_BN) * g.G
-
-
-def mma_shape(g: Geometry, device) -> tuple:
-    """(BM, depth splits) for the node: BM = 128 once its blocks fill MMA_M128_BLOCKS_PER_CU a
-    unit, else 64, split in depth where even those blocks are few."""
-    cu = compute_units(device)
-    bm = MMA_BM or (128 if _mma_tiles(g, 128) >= MMA_M128_BLOCKS_PER_CU * cu else 64)
-    if MMA_SPLITS is not None:
-        return bm, MMA_SPLITS
-    tiles, stages = _mma_tiles(g, bm), -(-g.kd // kt.table(FAMILY).MMA_BK)
-    want = -(-MMA_SPLIT_BLOCKS_PER_CU * cu // tiles)
-    return bm, max(1, min(want, stages // MMA_SPLIT_MIN_STAGES, MMA_MAX_SPLITS, 65535 // g.G))
-
-
-def mma_launch(g: Geometry, x: Layout, dt: str, x_ref, w_ref, o_ref, device, bm: int, splits: int = 1,
-               part_ref=None) -> Launch:
-    """The conv_mma launch; with splits > 1 it writes float partials to ``part_ref``."""
+def mma_launch(g: Geometry, x: Layout, dt: str, x_ref, w_ref, o_ref, device, bm=None) -> Launch:
     t = kt.table(FAMILY)
-    stages = -(-g.kd // t.MMA_BK)
-    per = -(-stages // splits)
-    splits = -(-stages // per)          # no split without stages
+    cu = compute_units(device)
+    tiles = lambda m: -(-g.positions // m) * -(-g.Cog // t.MMA_BN) * g.G
+    if bm is None:
+        bm = MMA_BM or (128 if tiles(128) >= MMA_M128_BLOCKS_PER_CU * cu else 64)
     out_vec = g.C_out % MMA_VE == 0 and g.Cog % MMA_VE == 0
-    grid = (-(-g.positions // bm), -(-g.Cog // t.MMA_BN), g.G * splits)
+    grid = (-(-g.positions // bm), -(-g.Cog // t.MMA_BN), g.G)
     block = t.mma_block(matrix_units.backend(device, dt))
-    return Launch(FAMILY, t.mma(dt, bm), grid, (block, 1, 1), 0, 4, mma_tail(g, x, out_vec, splits, per),
-                  (x_ref, w_ref, o_ref, part_ref if splits > 1 else o_ref))
-
-
-def _mma_steps(g: Geometry, x: Layout, dt: str, x_ref, w_ref, o_ref, device, temps: list) -> list:
-    bm, splits = mma_shape(g, device)
-    if splits == 1:
-        return [mma_launch(g, x, dt, x_ref, w_ref, o_ref, device, bm)]
-    n = g.positions * g.C_out
-    part = tmp(len(temps))
-    st = mma_launch(g, x, dt, x_ref, w_ref, o_ref, device, bm, splits, part)
-    splits = st.grid[2] // g.G
-    if splits == 1:                     # fewer stages than splits asked for
-        return [mma_launch(g, x, dt, x_ref, w_ref, o_ref, device, bm)]
-    temps.append(splits * n * 4)
-    grid = (min(-(-n // BLOCK), compute_units(device) * _BLOCKS_PER_CU), 1, 1)
-    add = Launch(FAMILY, kt.table(FAMILY).split_sum(dt), grid, (BLOCK, 1, 1), 0, 2, _SUM_TAIL.pack(n, splits, 0),
-                 (part, o_ref))
-    return [st, add]
+    return Launch(FAMILY, t.mma(dt, bm), grid, (block, 1, 1), 0, 3, mma_tail(g, x, out_vec), (x_ref, w_ref, o_ref))
 
 
 def _mma_usable(device, dt: str) -> bool:
@@ -284,8 +240,8 @@ def mma_selftest(rt, dt: str) -> tuple:
     g = geometry(Node("Convolution", SELFTEST_PARAMS, lays, (Layout.row_major(ref.shape, dt),)))
     tol = SELFTEST_TOL[dt] * float(np.max(np.abs(ref)))
     for bm in kt.table(FAMILY).MMA_BM:
-        steps = {"mma": mma_launch(g, lays[0], dt, inp(0), inp(1), out_ref(0), dev, bm)}   # no splits
-        ok, why = matrix_units.compare_twins(rt, bufs, steps, lambda i, o: (i[0], i[1], o, o), ref.size, dt, tol,
+        steps = {"mma": mma_launch(g, lays[0], dt, inp(0), inp(1), out_ref(0), dev, bm)}
+        ok, why = matrix_units.compare_twins(rt, bufs, steps, lambda i, o: (i[0], i[1], o), ref.size, dt, tol,
                                              SELFTEST_PERTURB, f"conv_mma m{bm}", reference=ref)
         if not ok:
             return ok, why
@@ -329,7 +285,7 @@ def plan_node(node, device):
         gemm = _gemm_steps(A, B, Layout.row_major((M, g.C_out), dt), inp(0), w_ref, out_ref(0), temps, device)
         return None if gemm is None else Plan(tuple(steps + gemm), temps=tuple(temps))
     if _mma_fits(x, g) and _mma_usable(device, dt):
-        steps += _mma_steps(g, x, dt, inp(0), w_ref, out_ref(0), device, temps)
+        steps.append(mma_launch(g, x, dt, inp(0), w_ref, out_ref(0), device))
         return Plan(tuple(steps), temps=tuple(temps))
     # chunks of output positions whose patches fit CHUNK_BYTES
     per_pos = g.G * kd * isz
