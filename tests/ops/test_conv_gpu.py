@@ -152,6 +152,7 @@ def mma_kernels(gpu_runtime, monkeypatch):
         return st
 
     monkeypatch.setattr(conv, "mma_launch", spy)
+    monkeypatch.setattr(conv, "MMA_MAX_COG", 1 << 30)   # the wide cases too
     monkeypatch.delenv(conv.ENV, raising=False)
     ev = gpu_runtime.evaluator
     ev.plans.clear()

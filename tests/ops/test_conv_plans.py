@@ -310,6 +310,7 @@ def test_every_float_dtype_plans_with_the_real_gemm(dtype):
         mma = [s for s in plan.steps if isinstance(s, Launch) and s.kernel.startswith("conv_mma")]
         assert any(isinstance(s, HostCall) for s in plan.steps) or mma
         assert bool(mma) == (dtype in ("float16", "bfloat16") and xs[-1] // params[5] % 8 == 0
+                             and ws[0] // params[5] <= conv.MMA_MAX_COG
                              and any(k > 1 for k in ws[1:-1]) | any(s > 1 for s in params[0]) | any(params[1]))
         if dtype != "float32":
             continue
@@ -415,6 +416,11 @@ def test_mma_declines_what_it_cannot_read(monkeypatch):
     assert kernels(Layout.strided((2, 6, 6, 8), (1, 96, 16, 2), "bfloat16"), w8)[0].startswith("conv_im2col")
     assert kernels(Layout.strided((2, 6, 6, 8), (292, 48, 8, 1), "bfloat16"), w8)[0].startswith("conv_im2col")
     assert kernels(R((2, 6, 6, 8), "float32"), R((16, 3, 3, 8), "float32"))[0].startswith("conv_im2col")
+    # wider GEMMs: im2col + the vendor GEMM, unless the bound moves
+    wide = R((conv.MMA_MAX_COG + 8, 3, 3, 8), "bfloat16")
+    assert kernels(R((2, 6, 6, 8), "bfloat16"), wide)[0].startswith("conv_im2col")
+    monkeypatch.setattr(conv, "MMA_MAX_COG", conv.MMA_MAX_COG + 8)
+    assert kernels(R((2, 6, 6, 8), "bfloat16"), wide)[0].startswith("conv_mma")
     monkeypatch.setenv(conv.ENV, "im2col")
     assert kernels(R((2, 6, 6, 8), "bfloat16"), w8)[0].startswith("conv_im2col")
     monkeypatch.setenv(conv.ENV, "mma")
@@ -429,7 +435,7 @@ def test_mma_position_tile_follows_the_units():
     """BM = 128 once its blocks fill MMA_M128_BLOCKS_PER_CU per unit; 64 below (more blocks)."""
     R = Layout.row_major
     p = ((1, 1), (1, 1), (1, 1), (1, 1), (1, 1), 1, False)
-    for (n, h, c), bm in (((32, 56, 64), 128), ((32, 7, 512), 64), ((1, 8, 64), 64)):
+    for (n, h, c), bm in (((32, 56, 64), 128), ((32, 7, 64), 64), ((1, 8, 64), 64)):
         xl, wl = R((n, h, h, c), "float16"), R((c, 3, 3, c), "float16")
         plan = conv.plan_node(Node("Convolution", p, (xl, wl), (R((n, h, h, c), "float16"),)), Dev())
         (st,) = plan.steps

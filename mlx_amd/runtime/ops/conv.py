@@ -14,7 +14,9 @@ Plan, float16/bfloat16 where the device has a matrix unit (mlxa/mma.h; runtime/m
 checks it against a host reference at first use): one launch of conv_mma, the implicit GEMM
 that reads each patch straight from the input into shared memory (no patches in memory), when
 the layouts give 8-element runs (unit channel stride, C_in per group and every input stride
-multiples of 8); ``MLX_AMD_CONV=im2col`` takes the path below instead (benchmarks, tests).
+multiples of 8) and at most MMA_MAX_COG output channels per group share the patches (wider
+GEMMs run faster as im2col + the vendor GEMM); ``MLX_AMD_CONV=im2col`` takes the path below
+instead (benchmarks, tests).
 
 Otherwise: our im2col kernel (hip_kernels/conv.hip) writes the patches of a chunk of output
 positions into a temporary (at most CHUNK_BYTES), then the matmul family's plan for a
@@ -65,6 +67,12 @@ ENV = "MLX_AMD_CONV"              # auto (default) | im2col
 MMA_VE = 8                        # elements of one 16-byte run of a 16-bit dtype
 MMA_M128_BLOCKS_PER_CU = 2        # BM = 128 when its blocks fill this many per unit, else 64
 MMA_BM = None                     # tests and benchmarks: force a position tile
+# conv_mma only where the GEMM is narrow: its cost is the flops at its own rate, im2col's the
+# patches written and read back plus the flops at the vendor GEMM's (wgmma-class) rate, and the
+# patches weigh more the fewer output channels share them. On a lent H100 (conv_bench, session
+# 32) conv_mma ran ResNet's 56x56 64->64 layer at 112 TFLOP/s against im2col's 66, tied at 128
+# channels (126 / 127), and lost at 256 and 512 (77 / 200, 62 / 289).
+MMA_MAX_COG = 96
 
 
 def conv_tail(p0, positions, n_work, in_strides, in_spatial, out_spatial, kernel, stride, pad_lo,
@@ -284,7 +292,7 @@ def plan_node(node, device):
         B = Layout.strided((kd, g.C_out), (1, kd), dt)
         gemm = _gemm_steps(A, B, Layout.row_major((M, g.C_out), dt), inp(0), w_ref, out_ref(0), temps, device)
         return None if gemm is None else Plan(tuple(steps + gemm), temps=tuple(temps))
-    if _mma_fits(x, g) and _mma_usable(device, dt):
+    if g.Cog <= MMA_MAX_COG and _mma_fits(x, g) and _mma_usable(device, dt):
         steps.append(mma_launch(g, x, dt, inp(0), w_ref, out_ref(0), device))
         return Plan(tuple(steps), temps=tuple(temps))
     # chunks of output positions whose patches fit CHUNK_BYTES
