@@ -241,9 +241,12 @@ MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
 #pragma unroll
         for (int i = 0; i < RT; ++i) M::load_q(q[i], sa + 16 * i * PITCH + 16 * kc, PITCH, lane);
 #pragma unroll
-        for (int j = 0; j < CT; ++j)
+        for (int j = 0; j < CT; ++j) {   // each weight operand loaded once for the wave's RT row tiles
+          typename M::K kf;
+          M::load_k(kf, sb + 16 * j * PITCH + 16 * kc, PITCH, lane);
 #pragma unroll
-          for (int i = 0; i < RT; ++i) M::qk(acc[i][j], q[i], sb + 16 * j * PITCH + 16 * kc, PITCH, lane);
+          for (int i = 0; i < RT; ++i) M::qk(acc[i][j], q[i], kf);
+        }
       }
     }
     copy_async_wait<0>();

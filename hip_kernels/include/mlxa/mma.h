@@ -7,7 +7,8 @@
 //   RDNA3 (gfx11 WMMA)   v_wmma_f32_16x16x16_{f16,bf16}, wave32 operands    wave 32
 //   RDNA4 (gfx12 WMMA)   the gfx12 forms (half-size operands per lane)       wave 32
 //
-// The interface is what attention needs: a score tile S = Q K^T (16 queries x 16 keys) and
+// The interface is what attention needs: a score tile S = Q K^T (16 queries x 16 keys; K's
+// operand loaded with the product, or apart with load_k where several Q tiles share it) and
 // an output tile O += P V (16 queries x 16 value columns), both float32 accumulators in one
 // layout `Acc`: element e of a lane is query row `query(slot(e))`, column `col(e)`. `reduce`
 // combines a value across the lanes that hold the same query rows, which is all a softmax
@@ -74,8 +75,11 @@ struct Tiles {
   static constexpr int kWave = 32, kNS = 1, kSlots = 1, kKeys = 16;
   struct Acc { float v[1]; };
   struct Q {};
+  struct K {};
   struct P {};
   MLXA_DEVICE static void load_q(Q&, const T*, int, int) {}
+  MLXA_DEVICE static void load_k(K&, const T*, int, int) {}
+  MLXA_DEVICE static void qk(Acc&, const Q&, const K&) {}
   MLXA_DEVICE static void qk(Acc&, const Q&, const T*, int, int) {}
   MLXA_DEVICE static P pack(const Acc&, int) { return P{}; }
   MLXA_DEVICE static void pv(Acc&, const P&, const T*, int, int) {}
@@ -168,6 +172,7 @@ struct Tiles<T, std::enable_if_t<std::is_same_v<T, half> || std::is_same_v<T, bf
   static constexpr int kWave = 32, kNS = 8, kSlots = 2, kKeys = 64;
   struct Acc { float v[8]; };
   struct Q { uint32_t r[4]; };
+  struct K { uint32_t r[4]; };
   struct P { uint32_t r[4]; };
   // A operand (16 rows x 16 k, row-major): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15)
   MLXA_DEVICE static void load_q(Q& q, const T* p, int ld, int lane) {
@@ -175,12 +180,18 @@ struct Tiles<T, std::enable_if_t<std::is_same_v<T, half> || std::is_same_v<T, bf
     ldmatrix4(q.r, p + ((lane % 8) + 8 * (m % 2)) * ld + 8 * (m / 2));
   }
   // B = K^T from K rows (key x d): matrices (keys 0-7 | 8-15) x (d 0-7 | 8-15)
-  MLXA_DEVICE static void qk(Acc& s, const Q& q, const T* k, int ld, int lane) {
+  MLXA_DEVICE static void load_k(K& k, const T* p, int ld, int lane) {
     const int m = lane / 8;
-    uint32_t b[4];
-    ldmatrix4(b, k + ((lane % 8) + 8 * (m / 2)) * ld + 8 * (m % 2));
-    mma16816<T>(s.v, q.r, b[0], b[1]);
-    mma16816<T>(s.v + 4, q.r, b[2], b[3]);
+    ldmatrix4(k.r, p + ((lane % 8) + 8 * (m / 2)) * ld + 8 * (m % 2));
+  }
+  MLXA_DEVICE static void qk(Acc& s, const Q& q, const K& k) {
+    mma16816<T>(s.v, q.r, k.r[0], k.r[1]);
+    mma16816<T>(s.v + 4, q.r, k.r[2], k.r[3]);
+  }
+  MLXA_DEVICE static void qk(Acc& s, const Q& q, const T* k, int ld, int lane) {
+    K f;
+    load_k(f, k, ld, lane);
+    qk(s, q, f);
   }
   // round to nearest even in one instruction (P is finite: no NaN rule to keep)
   MLXA_DEVICE static uint32_t pack2(float lo, float hi) {
@@ -242,6 +253,7 @@ struct GroupedTiles {
   static constexpr int kWave = WAVE, kNS = G, kSlots = 1, kKeys = 64;
   struct Acc { float v[G]; };
   struct Q { IV r; };
+  struct K { IV r; };
   struct P { IV r; };
   MLXA_DEVICE static void mma(Acc& acc, IV a, IV b) {
     FV c;
@@ -255,6 +267,8 @@ struct GroupedTiles {
     return *(const IV*)(p + (lane % 16) * ld + G * (lane / 16));
   }
   MLXA_DEVICE static void load_q(Q& q, const T* p, int ld, int lane) { q.r = group(p, ld, lane); }
+  MLXA_DEVICE static void load_k(K& k, const T* p, int ld, int lane) { k.r = group(p, ld, lane); }
+  MLXA_DEVICE static void qk(Acc& s, const Q& q, const K& k) { mma(s, k.r, q.r); }
   MLXA_DEVICE static void qk(Acc& s, const Q& q, const T* k, int ld, int lane) { mma(s, group(k, ld, lane), q.r); }
   MLXA_DEVICE static P pack(const Acc& s, int) {
     P p;
@@ -330,19 +344,26 @@ struct Tiles<T, std::enable_if_t<std::is_same_v<T, half> || std::is_same_v<T, bf
   static constexpr int kWave = 32, kNS = 8, kSlots = 1, kKeys = 16;
   struct Acc { float v[8]; };
   struct Q { i16x16 r; };
+  struct K { i16x16 r; };
   struct P { i16x16 r; };
   MLXA_DEVICE static i16x16 row16(const T* p) {
     const i16x8 lo = lds_vec<8, i16x8>(p), hi = lds_vec<8, i16x8>(p + 8);
     return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   }
   MLXA_DEVICE static void load_q(Q& q, const T* p, int ld, int lane) { q.r = row16(p + (lane % 16) * ld); }
-  MLXA_DEVICE static void qk(Acc& s, const Q& q, const T* k, int ld, int lane) {
+  MLXA_DEVICE static void load_k(K& k, const T* p, int ld, int lane) { k.r = row16(p + (lane % 16) * ld); }
+  MLXA_DEVICE static void qk(Acc& s, const Q& q, const K& k) {
     f32x8 c;
 #pragma unroll
     for (int e = 0; e < 8; ++e) c[e] = s.v[e];
-    c = wmma11<T>(row16(k + (lane % 16) * ld), q.r, c);
+    c = wmma11<T>(k.r, q.r, c);
 #pragma unroll
     for (int e = 0; e < 8; ++e) s.v[e] = c[e];
+  }
+  MLXA_DEVICE static void qk(Acc& s, const Q& q, const T* k, int ld, int lane) {
+    K f;
+    load_k(f, k, ld, lane);
+    qk(s, q, f);
   }
   MLXA_DEVICE static P pack(const Acc& s, int lane) {
     const int h = lane / 16;
