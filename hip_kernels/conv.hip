@@ -118,23 +118,26 @@ MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
     const T* const wt = (const T*)a.w;
     const int kv = tid % NV, r0 = tid / NV;   // this thread's 8-channel run and first row
 
-    // this thread's A rows: batch offset (channel base of the group included), and each
-    // spatial coordinate's o * stride - pad_lo; rows past the positions are never read
-    int64_t nb[RA];
+    // this thread's A rows: each window corner's coordinates (o * stride - pad_lo, maybe outside
+    // the input) and input offset (group's channel base included); a row past the positions
+    // gets a corner every bounds check refuses
+    int64_t corner[RA];
     int ob[RA][MLXA_CONV_DIMS];
-    bool rv[RA];
 #pragma unroll
     for (int s = 0; s < RA; ++s) {
       int64_t p = m0 + r0 + s * RSTEP;
-      rv[s] = p < a.positions;
-      p = rv[s] ? p : 0;
+      const bool valid = p < a.positions;
+      p = valid ? p : 0;
+      int64_t off = 0;
 #pragma unroll
       for (int d = MLXA_CONV_DIMS - 1; d >= 0; --d) {
         const int o = (int)(p % a.out_spatial[d]);
         p /= a.out_spatial[d];
         ob[s][d] = o * a.stride[d] - a.pad_lo[d];
+        off += (int64_t)ob[s][d] * a.in_strides[1 + d];
       }
-      nb[s] = p * a.in_strides[0] + (int64_t)g * a.cg;
+      corner[s] = p * a.in_strides[0] + (int64_t)g * a.cg + off;
+      if (!valid) ob[s][0] = -(1 << 30);
     }
     // B rows: output channels n0 + r0 + s * RSTEP of the group
     const T* wrow[RB];
@@ -147,16 +150,19 @@ MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
     }
 
     // the thread's depth position k = tap * cg + c advances by BK a stage; the tap's offsets
-    // (tap * kdil, flipped) change only when the tap does
+    // (tap * kdil, flipped) change only when the tap does; tc = the tap's input offset + c
     int c = kv * VE, tap = 0, dq[MLXA_CONV_DIMS];
+    int64_t tc = 0;
     while (c >= a.cg) c -= a.cg, ++tap;
     auto set_tap = [&]() {
       int t = tap;
+      tc = c;
 #pragma unroll
       for (int d = MLXA_CONV_DIMS - 1; d >= 0; --d) {
         const int kk = t % a.kernel[d];
         t /= a.kernel[d];
         dq[d] = (a.flip ? a.kernel[d] - 1 - kk : kk) * a.kdil[d];
+        tc += (int64_t)dq[d] * a.in_strides[1 + d];
       }
     };
     set_tap();
@@ -182,21 +188,23 @@ MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
       const bool kin = tap < ktot;
 #pragma unroll
       for (int s = 0; s < RA; ++s) {
-        bool inside = rv[s] && kin;
-        int64_t off = nb[s] + c;
+        T* dst = sa + (r0 + s * RSTEP) * PITCH + kv * VE;
+        bool inside = kin;
+        if (!a.dilated) {   // the input position is corner + tap: one unsigned compare a dim
 #pragma unroll
-        for (int d = 0; d < MLXA_CONV_DIMS; ++d) {
-          int q = ob[s][d] + dq[d];
-          inside = inside && q >= 0;
-          if (a.dilated) {
+          for (int d = 0; d < MLXA_CONV_DIMS; ++d) inside = inside && (unsigned)(ob[s][d] + dq[d]) < (unsigned)a.in_spatial[d];
+          put(dst, inside ? x + corner[s] + tc : x, !inside);
+        } else {            // between input-dilated elements: zeros
+          int64_t off = corner[s] + tc;
+#pragma unroll
+          for (int d = 0; d < MLXA_CONV_DIMS; ++d) {
+            const int q = ob[s][d] + dq[d];
             const int qi = q / a.idil[d];
-            inside = inside && qi * a.idil[d] == q;
-            q = qi;
+            inside = inside && q >= 0 && qi * a.idil[d] == q && qi < a.in_spatial[d];
+            off += (int64_t)(qi - q) * a.in_strides[1 + d];
           }
-          inside = inside && q < a.in_spatial[d];
-          off += (int64_t)q * a.in_strides[1 + d];
+          put(dst, inside ? x + off : x, !inside);
         }
-        put(sa + (r0 + s * RSTEP) * PITCH + kv * VE, inside ? x + off : x, !inside);
       }
       const int64_t k = (int64_t)tap * a.cg + c;
 #pragma unroll
@@ -206,6 +214,7 @@ MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
       }
       // the next stage's depth
       c += BK;
+      tc += BK;
       if (c >= a.cg) {
         while (c >= a.cg) c -= a.cg, ++tap;
         if (tap < ktot) set_tap();

@@ -200,7 +200,7 @@ def _mma_fits(x: Layout, g: Geometry) -> bool:
     st = x.strides
     return (st[-1] == 1 and g.Cg % MMA_VE == 0 and all(s % MMA_VE == 0 for s in st[:-1])
             and g.G <= 65535 and -(-g.Cog // kt.table(FAMILY).MMA_BN) <= 65535 and g.kd <= _I32
-            and all(o * s + p + k * kd < _I32 and i * di < _I32     # the kernel's 32-bit coordinates
+            and all(o * s + p + k * kd < 1 << 30 and i * di < _I32  # the kernel's 32-bit coordinates
                     for o, s, p, k, kd, i, di in zip(g.out_spatial, g.stride, g.pad_lo, g.kernel, g.kdil,
                                                      g.in_spatial, g.idil)))
 
