@@ -42,8 +42,8 @@ MLXA_DEVICE void im2col(const ConvArgs& a) {
     int o[MLXA_CONV_DIMS];
 #pragma unroll
     for (int d = MLXA_CONV_DIMS - 1; d >= 0; --d) {
-      o[d] = (int)(pos % a.out_spatial[d]);
-      pos /= a.out_spatial[d];
+      o[d] = (int)(pos % a.win.out_spatial[d]);
+      pos /= a.win.out_spatial[d];
     }
     const int64_t base = pos * a.in_strides[0] + (g * a.cg + c) * cs;
     T* dst = out + (t * a.ktot) * a.cg + c;
@@ -53,11 +53,11 @@ MLXA_DEVICE void im2col(const ConvArgs& a) {
       bool inside = true;
 #pragma unroll
       for (int d = 0; d < MLXA_CONV_DIMS; ++d) {
-        const int tap = a.flip ? a.kernel[d] - 1 - kk[d] : kk[d];
+        const int tap = a.flip ? a.win.kernel[d] - 1 - kk[d] : kk[d];
         // position in the input dilated by idil and padded by pad_lo in front
-        const int64_t q = (int64_t)o[d] * a.stride[d] + (int64_t)tap * a.kdil[d] - a.pad_lo[d];
-        const int64_t qi = a.idil[d] == 1 ? q : q / a.idil[d];
-        inside = inside && q >= 0 && qi * a.idil[d] == q && qi < a.in_spatial[d];
+        const int64_t q = (int64_t)o[d] * a.win.stride[d] + (int64_t)tap * a.win.kdil[d] - a.win.pad_lo[d];
+        const int64_t qi = a.win.idil[d] == 1 ? q : q / a.win.idil[d];
+        inside = inside && q >= 0 && qi * a.win.idil[d] == q && qi < a.win.in_spatial[d];
         off += qi * a.in_strides[1 + d];
       }
       if (wide) {
@@ -70,7 +70,7 @@ MLXA_DEVICE void im2col(const ConvArgs& a) {
       // the next tap: the last kernel dim counts fastest
 #pragma unroll
       for (int d = MLXA_CONV_DIMS - 1; d >= 0; --d) {
-        if (++kk[d] < a.kernel[d]) break;
+        if (++kk[d] < a.win.kernel[d]) break;
         kk[d] = 0;
       }
     }
@@ -131,9 +131,9 @@ MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
       int64_t off = 0;
 #pragma unroll
       for (int d = MLXA_CONV_DIMS - 1; d >= 0; --d) {
-        const int o = (int)(p % a.out_spatial[d]);
-        p /= a.out_spatial[d];
-        ob[s][d] = o * a.stride[d] - a.pad_lo[d];
+        const int o = (int)(p % a.win.out_spatial[d]);
+        p /= a.win.out_spatial[d];
+        ob[s][d] = o * a.win.stride[d] - a.win.pad_lo[d];
         off += (int64_t)ob[s][d] * a.in_strides[1 + d];
       }
       corner[s] = p * a.in_strides[0] + (int64_t)g * a.cg + off;
@@ -159,9 +159,9 @@ MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
       tc = c;
 #pragma unroll
       for (int d = MLXA_CONV_DIMS - 1; d >= 0; --d) {
-        const int kk = t % a.kernel[d];
-        t /= a.kernel[d];
-        dq[d] = (a.flip ? a.kernel[d] - 1 - kk : kk) * a.kdil[d];
+        const int kk = t % a.win.kernel[d];
+        t /= a.win.kernel[d];
+        dq[d] = (a.flip ? a.win.kernel[d] - 1 - kk : kk) * a.win.kdil[d];
         tc += (int64_t)dq[d] * a.in_strides[1 + d];
       }
     };
@@ -192,15 +192,15 @@ MLXA_DEVICE void conv_mma(const ConvMmaArgs& a) {
         bool inside = kin;
         if (!a.dilated) {   // the input position is corner + tap: one unsigned compare a dim
 #pragma unroll
-          for (int d = 0; d < MLXA_CONV_DIMS; ++d) inside = inside && (unsigned)(ob[s][d] + dq[d]) < (unsigned)a.in_spatial[d];
+          for (int d = 0; d < MLXA_CONV_DIMS; ++d) inside = inside && (unsigned)(ob[s][d] + dq[d]) < (unsigned)a.win.in_spatial[d];
           put(dst, inside ? x + corner[s] + tc : x, !inside);
         } else {            // between input-dilated elements: zeros
           int64_t off = corner[s] + tc;
 #pragma unroll
           for (int d = 0; d < MLXA_CONV_DIMS; ++d) {
             const int q = ob[s][d] + dq[d];
-            const int qi = q / a.idil[d];
-            inside = inside && q >= 0 && qi * a.idil[d] == q && qi < a.in_spatial[d];
+            const int qi = q / a.win.idil[d];
+            inside = inside && q >= 0 && qi * a.win.idil[d] == q && qi < a.win.in_spatial[d];
             off += (int64_t)(qi - q) * a.in_strides[1 + d];
           }
           put(dst, inside ? x + off : x, !inside);

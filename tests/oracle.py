@@ -31,6 +31,20 @@ def plain_mlx():
             mlx_amd.enable()
 
 
+@contextlib.contextmanager
+def fresh_plans(runtime):
+    """The evaluator's plans and recorded programs dropped before and after (a planner
+    constant or switch changes inside)."""
+    ev = runtime.evaluator
+    ev.plans.clear()
+    ev.drop_programs()
+    try:
+        yield
+    finally:
+        ev.plans.clear()
+        ev.drop_programs()
+
+
 def _leaves(tree):
     if isinstance(tree, mx.array):
         return [tree]

@@ -15,7 +15,7 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
-from oracle import check_gpu
+from oracle import check_gpu, fresh_plans
 
 pytestmark = pytest.mark.gpu
 
@@ -154,12 +154,8 @@ def mma_kernels(gpu_runtime, monkeypatch):
     monkeypatch.setattr(conv, "mma_launch", spy)
     monkeypatch.setattr(conv, "MMA_MAX_COG", 1 << 30)   # the wide cases too
     monkeypatch.delenv(conv.ENV, raising=False)
-    ev = gpu_runtime.evaluator
-    ev.plans.clear()
-    ev.drop_programs()
-    yield chosen
-    ev.plans.clear()
-    ev.drop_programs()
+    with fresh_plans(gpu_runtime):
+        yield chosen
 
 
 @pytest.mark.parametrize("bm", [None, 64, 128])

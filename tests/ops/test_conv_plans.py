@@ -34,11 +34,12 @@ _PROBE = r"""
 #include <cstdio>
 #include "mlxa/conv_args.h"
 #define F(f) std::printf(#f " %zu\n", offsetof(ConvArgs, f));
+#define W(f) std::printf(#f " %zu\n", offsetof(ConvArgs, win.f));
 int main() {
   std::printf("sizeof %zu\n", sizeof(ConvArgs));
   std::printf("dims %d\n", MLXA_CONV_DIMS);
-  F(in) F(patches) F(p0) F(positions) F(n_work) F(in_strides) F(in_spatial) F(out_spatial) F(kernel)
-  F(stride) F(pad_lo) F(kdil) F(idil) F(groups) F(cg) F(ktot) F(vec) F(flip)
+  F(in) F(patches) F(p0) F(positions) F(n_work) F(in_strides) W(in_spatial) W(out_spatial) W(kernel)
+  W(stride) W(pad_lo) W(kdil) W(idil) F(groups) F(cg) F(ktot) F(vec) F(flip)
 }
 """
 FIELDS = [("p0", "q"), ("positions", "q"), ("n_work", "q"), ("in_strides", f"{2 + DIMS}q"),
@@ -52,10 +53,11 @@ _MMA_PROBE = r"""
 #include <cstdio>
 #include "mlxa/conv_args.h"
 #define F(f) std::printf(#f " %zu\n", offsetof(ConvMmaArgs, f));
+#define W(f) std::printf(#f " %zu\n", offsetof(ConvMmaArgs, win.f));
 int main() {
   std::printf("sizeof %zu\n", sizeof(ConvMmaArgs));
-  F(in) F(w) F(out) F(positions) F(in_strides) F(in_spatial) F(out_spatial) F(kernel) F(stride) F(pad_lo)
-  F(kdil) F(idil) F(cg) F(cog) F(c_out) F(kd) F(flip) F(dilated) F(out_vec)
+  F(in) F(w) F(out) F(positions) F(in_strides) W(in_spatial) W(out_spatial) W(kernel) W(stride) W(pad_lo)
+  W(kdil) W(idil) F(cg) F(cog) F(c_out) F(kd) F(flip) F(dilated) F(out_vec)
 }
 """
 MMA_FIELDS = [("positions", "q"), ("in_strides", f"{1 + DIMS}q"), ("in_spatial", f"{DIMS}i"),
@@ -232,7 +234,7 @@ def run(x_op, w_op, params, dtype="float32", monkeypatch=None):
     node = Node("Convolution", params, (xl, wl), (o,))
     plan = conv.plan_node(node, Dev())
     assert plan is not None, (xl, wl, params)
-    m = Machine([(x_op[0], x_op[1]), (w_op[0], w_op[1])], o.size, plan.temps, "float32")
+    m = Machine([(x_op[0], x_op[1]), (w_op[0], w_op[1])], o.size, plan.temps, dtype)
     m.run(plan, node)
     np.testing.assert_allclose(m.out.reshape(ref.shape), ref, rtol=1e-12, atol=1e-9)
     return plan, ref
@@ -379,25 +381,10 @@ def test_mma_plans_compute_the_convolution(monkeypatch, traced_copies, case, kin
     rng = np.random.default_rng(len(xs) * 5 + params[5])
     x = spatial_slice(rng, xs) if kind == "spatial" else operand(rng, xs, "row")
     w = operand(rng, ws, "transposed" if kind == "weight_t" else "row")
-    plan, ref = run_dtype(x, w, tuple(params), dtype)
+    plan, ref = run(x, w, tuple(params), dtype)
     kinds = [s.kernel if isinstance(s, Launch) else type(s).__name__ for s in plan.steps]
     assert kinds[-1].startswith(f"conv_mma_{dtype}_m"), kinds
     assert kinds[:-1] == (["copy0"] if kind == "weight_t" else []), kinds
-
-
-def run_dtype(x_op, w_op, params, dtype):
-    """``run`` with 16-bit element offsets and temporaries (Machine counts them in ``dtype``)."""
-    strides, lo, hi, kdil, idil, groups, flip = params
-    ref = conv.reference(x_op[3], w_op[3], strides, lo, hi, kdil, idil, groups, flip)
-    xl, wl = (dataclasses.replace(op[2], dtype=dtype) for op in (x_op, w_op))
-    o = Layout.row_major(ref.shape, dtype)
-    node = Node("Convolution", params, (xl, wl), (o,))
-    plan = conv.plan_node(node, Dev())
-    assert plan is not None
-    m = Machine([(x_op[0], x_op[1]), (w_op[0], w_op[1])], o.size, plan.temps, dtype)
-    m.run(plan, node)
-    np.testing.assert_allclose(m.out.reshape(ref.shape), ref, rtol=1e-12, atol=1e-9)
-    return plan, ref
 
 
 def test_mma_declines_what_it_cannot_read(monkeypatch):

@@ -9,6 +9,18 @@
 
 extern "C" {
 
+// The window of an output position over the input, per spatial dim: the input's and output's
+// extents, the kernel taps, stride, padding in front, and kernel and input dilation.
+struct ConvWindow {
+  int32_t in_spatial[MLXA_CONV_DIMS];
+  int32_t out_spatial[MLXA_CONV_DIMS];
+  int32_t kernel[MLXA_CONV_DIMS];
+  int32_t stride[MLXA_CONV_DIMS];
+  int32_t pad_lo[MLXA_CONV_DIMS];
+  int32_t kdil[MLXA_CONV_DIMS];
+  int32_t idil[MLXA_CONV_DIMS];
+};
+
 // im2col for one chunk of output positions [p0, p0 + positions) (positions run over
 // N x output spatial, row-major). Patch element ((g * positions + p) * ktot + k) * cg + c
 // holds input channel g * cg + c at the spatial tap k of output position p0 + p, or 0
@@ -20,13 +32,7 @@ struct ConvArgs {
   int64_t positions;
   int64_t n_work;                        // positions * groups * (cg / vec): each through all ktot taps
   int64_t in_strides[2 + MLXA_CONV_DIMS];  // batch, spatial..., channel (elements)
-  int32_t in_spatial[MLXA_CONV_DIMS];
-  int32_t out_spatial[MLXA_CONV_DIMS];
-  int32_t kernel[MLXA_CONV_DIMS];
-  int32_t stride[MLXA_CONV_DIMS];
-  int32_t pad_lo[MLXA_CONV_DIMS];
-  int32_t kdil[MLXA_CONV_DIMS];
-  int32_t idil[MLXA_CONV_DIMS];
+  ConvWindow win;
   int32_t groups;
   int32_t cg;                            // input channels per group
   int32_t ktot;                          // kernel taps: product of kernel[]
@@ -45,13 +51,7 @@ struct ConvMmaArgs {
   void* out;
   int64_t positions;                     // N x output spatial
   int64_t in_strides[1 + MLXA_CONV_DIMS];  // batch, spatial... (elements; channel stride 1)
-  int32_t in_spatial[MLXA_CONV_DIMS];
-  int32_t out_spatial[MLXA_CONV_DIMS];
-  int32_t kernel[MLXA_CONV_DIMS];
-  int32_t stride[MLXA_CONV_DIMS];
-  int32_t pad_lo[MLXA_CONV_DIMS];
-  int32_t kdil[MLXA_CONV_DIMS];
-  int32_t idil[MLXA_CONV_DIMS];
+  ConvWindow win;
   int32_t cg;                            // input channels per group
   int32_t cog;                           // output channels per group
   int32_t c_out;                         // output row length
