@@ -2,7 +2,9 @@
 parameter (strides, asymmetric padding, kernel and input dilation, groups incl. depthwise,
 flip), conv_transpose1d/2d, the gradient of a small CNN (its vjp is Convolutions with
 input dilation and flip over transposed operands), float32/float16/bfloat16/float64,
-transposed and sliced inputs, both GEMM paths (library and our portable kernel).
+transposed and sliced inputs, both GEMM paths (library and our portable kernel), and the
+16-bit implicit GEMM on the matrix unit (conv_mma: both position tiles, its layouts, its
+first-use self-test).
 
 Values are small integers, so every sum is exact in each dtype whatever the summation
 order (TF32 and 16-bit products included) and results compare exactly.
