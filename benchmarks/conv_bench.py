@@ -3,7 +3,7 @@ the direct convolution's 2*N*Ho*Wo*Cout*Kh*Kw*Cin flops, ours (the node's plan t
 device: for bf16 the implicit GEMM on the matrix unit, conv_mma, where the planner takes it,
 else im2col + vendor GEMM as for float32) against torch.nn.functional.conv2d (cuDNN,
 channels_last) in the same run; ratio = ours / torch. bf16 rows add each path forced: im2col +
-GEMM (MLX_AMD_CONV=im2col), conv_mma (whatever C_out), and with --tiles each conv_mma
+GEMM (conv.MMA_MAX_COG = 0), conv_mma (whatever C_out), and with --tiles each conv_mma
 position tile, against the same cuDNN time.
 
     python benchmarks/conv_bench.py [--out benchmarks/results] [--tiles]
@@ -54,7 +54,6 @@ def main(argv=None):
     ap.add_argument("--tiles", action="store_true", help="also time each conv_mma position tile")
     args = ap.parse_args(argv)
     b = Bench("conv_bench")
-    max_cog = conv.MMA_MAX_COG
     for short, dt, tname in DTYPES:
         for name, h, cin, cout, k, s, p in SHAPES:
             x = mx.random.normal((N, h, h, cin), key=mx.random.key(0)).astype(dt)
@@ -63,24 +62,23 @@ def main(argv=None):
             flops = 2.0 * N * ho * ho * cout * k * k * cin
             params = ((s, s), (p, p), (p, p), (1, 1), (1, 1), 1, False)
             node = lambda: b.time_node(conv, "Convolution", params, (x, w), [(N, ho, ho, cout)], [tname])
+            # each variant: planner constants of the conv family, restored after
             variants = [("", {})]
             if tname != "float32":
-                variants.append((" im2col+gemm", {conv.ENV: "im2col"}))
-                variants.append((" conv_mma", {"MMA_MAX_COG": 1 << 30}))
+                variants += [(" im2col+gemm", {"MMA_MAX_COG": 0}), (" conv_mma", {"MMA_MAX_COG": 1 << 30})]
                 if args.tiles:
                     variants += [(f" conv_mma m{bm}", {"MMA_BM": bm, "MMA_MAX_COG": 1 << 30})
                                  for bm in conv.kt.table("conv").MMA_BM]
             times = {}
-            for tag, env in variants:
-                saved = {var: os.environ.get(var) for var in env if var.startswith("MLX_")}
-                os.environ.update({var: str(v) for var, v in env.items() if var.startswith("MLX_")})
-                conv.MMA_BM, conv.MMA_MAX_COG = env.get("MMA_BM"), env.get("MMA_MAX_COG", conv.MMA_MAX_COG)
+            for tag, consts in variants:
+                saved = {c: getattr(conv, c) for c in consts}
+                for c, v in consts.items():
+                    setattr(conv, c, v)
                 try:
                     times[tag] = node()
                 finally:
-                    conv.MMA_BM, conv.MMA_MAX_COG = None, max_cog
-                    for var, v in saved.items():
-                        os.environ.pop(var) if v is None else os.environ.__setitem__(var, v)
+                    for c, v in saved.items():
+                        setattr(conv, c, v)
             fn = torch_conv(tname, h, cin, cout, k, s, p)
             ref = None
             if fn is not None:

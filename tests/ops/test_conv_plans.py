@@ -110,6 +110,22 @@ def decode(tail, fields=FIELDS, lead=16):
     return a
 
 
+def tap_source(a, position, k, base):
+    """(input offset, inside) of tap k of output position ``position`` (both row-major over
+    the window fields of an argument struct ``a``); ``base`` adds the channel offset."""
+    pos, kr, o, kk = position, k, [0] * DIMS, [0] * DIMS
+    for d in reversed(range(DIMS)):
+        pos, o[d] = divmod(pos, a["out_spatial"][d])
+        kr, kk[d] = divmod(kr, a["kernel"][d])
+    off, inside = pos * a["in_strides"][0] + base, True
+    for d in range(DIMS):
+        tap = a["kernel"][d] - 1 - kk[d] if a["flip"] else kk[d]
+        q = o[d] * a["stride"][d] + tap * a["kdil"][d] - a["pad_lo"][d]
+        inside = inside and q >= 0 and q % a["idil"][d] == 0 and q // a["idil"][d] < a["in_spatial"][d]
+        off += (q // a["idil"][d]) * a["in_strides"][1 + d]
+    return off, inside
+
+
 class Machine(_MatmulMachine):
     """Flat float64 buffers; adds our im2col and the copies the conv planner asked for."""
 
@@ -143,18 +159,7 @@ class Machine(_MatmulMachine):
             c *= vec
             t, k = divmod(t, ktot)
             g, p = divmod(t, P)
-            pos, kr = a["p0"] + p, k
-            o, kk = [0] * DIMS, [0] * DIMS
-            for d in reversed(range(DIMS)):
-                pos, o[d] = divmod(pos, a["out_spatial"][d])
-                kr, kk[d] = divmod(kr, a["kernel"][d])
-            off = pos * a["in_strides"][0] + (g * cg + c) * cs
-            inside = True
-            for d in range(DIMS):
-                tap = a["kernel"][d] - 1 - kk[d] if a["flip"] else kk[d]
-                q = o[d] * a["stride"][d] + tap * a["kdil"][d] - a["pad_lo"][d]
-                inside = inside and q >= 0 and q % a["idil"][d] == 0 and q // a["idil"][d] < a["in_spatial"][d]
-                off += (q // a["idil"][d]) * a["in_strides"][1 + d]
+            off, inside = tap_source(a, a["p0"] + p, k, (g * cg + c) * cs)
             for j in range(vec):
                 pb[po + w * vec + j] = ib[io + off + j * cs] if inside else 0.0
 
@@ -172,21 +177,10 @@ class Machine(_MatmulMachine):
         assert all(s % 8 == 0 for s in a["in_strides"])
         ktot = kd // cg
         for p in range(P):
-            pos, o = p, [0] * DIMS
-            for d in reversed(range(DIMS)):
-                pos, o[d] = divmod(pos, a["out_spatial"][d])
             for g in range(G):
                 patch = np.zeros(kd)
                 for k in range(ktot):
-                    kr, kk = k, [0] * DIMS
-                    for d in reversed(range(DIMS)):
-                        kr, kk[d] = divmod(kr, a["kernel"][d])
-                    off, inside = pos * a["in_strides"][0] + g * cg, True
-                    for d in range(DIMS):
-                        tap = a["kernel"][d] - 1 - kk[d] if a["flip"] else kk[d]
-                        q = o[d] * a["stride"][d] + tap * a["kdil"][d] - a["pad_lo"][d]
-                        inside = inside and q >= 0 and q % a["idil"][d] == 0 and q // a["idil"][d] < a["in_spatial"][d]
-                        off += (q // a["idil"][d]) * a["in_strides"][1 + d]
+                    off, inside = tap_source(a, p, k, g * cg)
                     if inside:
                         patch[k * cg:(k + 1) * cg] = ib[io + off:io + off + cg]
                 rows = (g * cog + np.arange(cog))[:, None] * kd + np.arange(kd)

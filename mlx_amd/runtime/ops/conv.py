@@ -206,6 +206,7 @@ def _mma_fits(x: Layout, g: Geometry) -> bool:
 
 
 def mma_launch(g: Geometry, x: Layout, dt: str, x_ref, w_ref, o_ref, device, bm=None) -> Launch:
+    """The conv_mma launch; ``bm`` (position tile) None: the planner's choice."""
     t = kt.table(FAMILY)
     cu = compute_units(device)
     tiles = lambda m: -(-g.positions // m) * -(-g.Cog // t.MMA_BN) * g.G
