@@ -201,8 +201,9 @@ def device_info() -> dict:
 
 def stats(reset: bool = False) -> dict:
     """Nodes evaluated on the GPU, as views, and on MLX's CPU fallback, per primitive class;
-    plus upload/write-back counters and pool state, and the graphs' and the launch thread's
-    counts."""
+    plus upload/write-back counters and pool state, the graphs' and the launch thread's
+    counts, and the GEMM problems whose library algorithms were timed (``changed``: where
+    one beat the heuristic's first)."""
     from .runtime.context import current
 
     rt = current()
@@ -214,6 +215,11 @@ def stats(reset: bool = False) -> dict:
 
     d["graphs"] = dict(bridge.graph_stats(), enabled=bool(rt.evaluator.graphs))
     d["launch_thread"] = dict(bridge.launcher_stats(), enabled=bool(rt.evaluator.threaded))
+    from .runtime import blas
+
+    tuned = blas.tunings(rt)
+    d["gemm_tuning"] = {"problems": len(tuned), "seconds": sum(t["seconds"] for t in tuned),
+                        "changed": sum(1 for t in tuned if t["chosen"])}
     if reset:
         rt.evaluator.stats.reset()
     return d

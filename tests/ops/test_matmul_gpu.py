@@ -128,3 +128,28 @@ def test_llm_projection_shapes(gpu_runtime):
     x = mx.random.normal((2, 37, 512), key=mx.random.key(4)).astype(mx.bfloat16)
     w = mx.random.normal((1024, 512), key=mx.random.key(5)).astype(mx.bfloat16) * 0.05
     check_gpu(lambda x_, w_: x_ @ w_.T, x, w, prims=("Matmul",), rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.vendor
+@pytest.mark.parametrize("dtype,m,n,k", [(mx.float32, 1024, 1024, 2048), (mx.bfloat16, 512, 768, 1024),
+                                         (mx.float16, 512, 768, 1024)], ids=["float32", "bfloat16", "float16"])
+def test_tuned_library_gemm_repeats(gpu_runtime, monkeypatch, dtype, m, n, k):
+    """An AddMM evaluated again and again: the replay that records it times the library's
+    candidate algorithms on scratch operands (MLX_AMD_GEMM_TUNE=repeat, the default) and
+    replays the fastest; every result, before and after, equals MLX's CPU (C is D in place,
+    so a timing that touched the real operands would show)."""
+    from mlx_amd.runtime import blas
+
+    monkeypatch.delenv("MLX_AMD_GEMM", raising=False)
+    if not any(e.name == "lt" for e in blas.engines(gpu_runtime)):
+        pytest.skip("no hipBLASLt/cuBLASLt on this device: nothing to time")
+    rt, at = TOL[dtype]
+    for i in range(4):
+        a, b, c = ints((m, k), dtype, 20 + i), ints((k, n), dtype, 30 + i), ints((m, n), dtype, 40 + i)
+        check_gpu(lambda c_, x, y: mx.addmm(c_, x, y, alpha=1.0, beta=2.0), c, a, b, prims=("AddMM",),
+                  rtol=rt, atol=at, what=f"round {i}")
+    mine = [t for t in blas.tunings(gpu_runtime) if (t["gemm"].m, t["gemm"].n, t["gemm"].k) == (n, m, k)
+            and t["gemm"].dtype == str(dtype).split(".")[-1]]
+    assert mine, "the repeated problem was never timed"
+    ms = mine[0]["ms"]
+    assert ms and 0 < ms[0] < float("inf") and ms[mine[0]["chosen"]] == min(ms)

@@ -131,6 +131,19 @@ def native(ctx, g: Gemm, aligns: tuple):
     return None
 
 
+def tunings(ctx) -> list:
+    """Every GEMM problem whose algorithm candidates were timed on ctx's device (lt.py,
+    ``MLX_AMD_GEMM_TUNE``): the problem, ms per candidate in the heuristic's order (None:
+    not timed, no scratch), the index kept and the seconds the timing took."""
+    rec = _engines.get(id(ctx.driver))
+    out = []
+    for eng in (rec[2] if rec is not None and rec[0] is ctx.driver else ()):
+        for g, aligns, times, best, secs in getattr(eng, "tunings", ()):
+            out.append({"engine": eng.name, "gemm": g, "aligns": aligns, "ms": times, "chosen": best,
+                        "seconds": secs})
+    return out
+
+
 def close_all() -> None:
     with _lock:
         for _, _, usable in _engines.values():
@@ -139,4 +152,4 @@ def close_all() -> None:
         _engines.clear()
 
 
-__all__ = ["Gemm", "run", "native", "engines", "close_all", "NotSupported"]
+__all__ = ["Gemm", "run", "native", "engines", "tunings", "close_all", "NotSupported"]

@@ -10,13 +10,22 @@ call (one stream: calls never overlap).
 float32 runs with compute type 32F (never TF32 or XF32): MLX's CPU computes in true
 fp32 and results must agree within fp32 tolerance. float16/bfloat16 accumulate in fp32
 and take float alpha/beta; float64 computes in 64F; complex64 is a C GEMM in 32F.
+
+The heuristic's first algorithm is not always the fastest (hipBLASLt's is known to miss
+often; PyTorch's TunableOp exists for that). So the heuristic is asked for up to
+``TUNE_CANDIDATES`` algorithms, and a problem that repeats (a replay records it: the graph
+was seen twice) times them once on scratch operands and keeps the fastest
+(``MLX_AMD_GEMM_TUNE``).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import math
+import os
 import threading
+import time
 
 from ..driver.base import DriverUnavailable
 from . import table as T
@@ -78,6 +87,31 @@ _HINTS = {
 }
 
 
+TUNE_ENV = "MLX_AMD_GEMM_TUNE"
+TUNE_MODES = ("repeat", "always", "off")
+TUNE_CANDIDATES = 8       # algorithms asked of the heuristic
+TUNE_REPS = 3             # timed calls of each, after one warm-up call
+TUNE_SKIP_US = 25.0       # the heuristic's choice runs faster than this: launch-bound, kept untimed
+TUNE_SCRATCH = 1 << 30    # most bytes of scratch operands one timing takes from the pool
+ITEM = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "complex64": 8}
+
+
+def tune_mode(env=os.environ) -> str:
+    """When to time the heuristic's candidates: ``repeat`` (default) when a replay records the
+    problem, ``always`` at its first call too, ``off`` never (the heuristic's first)."""
+    m = env.get(TUNE_ENV, "repeat").strip().lower()
+    if m not in TUNE_MODES:
+        raise ValueError(f"{TUNE_ENV}={m!r}: expected one of {', '.join(TUNE_MODES)}")
+    return m
+
+
+def operand_bytes(dtype: str, rows: int, cols: int, ld: int, batch: int, stride: int) -> int:
+    """Bytes a column-major (strided-batched) operand spans."""
+    if rows == 0 or cols == 0 or batch == 0:
+        return 0
+    return ITEM[dtype] * (ld * (cols - 1) + rows + (batch - 1) * stride)
+
+
 class NotSupported(Exception):
     """The library has no algorithm for this problem: the next engine (or our kernel) runs it."""
 
@@ -99,7 +133,7 @@ def alignment(ptr: int) -> int:
 class _Problem:
     """The cached library objects of one problem; destroyed with the engine."""
 
-    __slots__ = ("desc", "layouts", "algo", "ws")
+    __slots__ = ("desc", "layouts", "algo", "ws", "cands", "tuned")
 
 
 class LtEngine:
@@ -116,6 +150,8 @@ class LtEngine:
         self.check(self.lib.lt_create(ctypes.byref(h)), "lt_create", "&handle")
         self.handle = h
         self.problems: dict = {}
+        self.tune = tune_mode()
+        self.tunings: list = []          # (Gemm, aligns, ms per candidate or None, chosen, seconds)
         self.ws_block = None
         self.lock = threading.Lock()
         self.alive = ctypes.c_int32(1)   # read by native replay steps (native); 0 once closed
@@ -187,9 +223,10 @@ class LtEngine:
             if "MIN_ALIGNMENT_A_BYTES" in k["pref"]:
                 for which, al in zip("ABCD", aligns):
                     self._set("lt_pref_set", pref, f"MIN_ALIGNMENT_{which}_BYTES", "pref", ctypes.c_uint32(al))
-            result = ctypes.create_string_buffer(k["result_bytes"])
+            want = 1 if self.tune == "off" else TUNE_CANDIDATES
+            result = ctypes.create_string_buffer(k["result_bytes"] * want)
             count = ctypes.c_int(0)
-            status = self.lib.lt_heuristic(self.handle, desc, la, lb, lc, lc, pref, 1, result,
+            status = self.lib.lt_heuristic(self.handle, desc, la, lb, lc, lc, pref, want, result,
                                            ctypes.byref(count))
         finally:
             self.lib.lt_pref_destroy(pref)
@@ -197,18 +234,89 @@ class LtEngine:
             self._destroy(p)
             self.problems[key] = NotSupported
             raise NotSupported(f"{self.lib.path}: no algorithm for {g}")
-        self.check(status, "lt_heuristic", self.handle, desc, "A", "B", "C", "D", "pref", 1, "&result", "&count")
-        raw = result.raw
-        p.algo = ctypes.create_string_buffer(raw[:k["algo_bytes"]], k["algo_bytes"])
-        p.ws = int.from_bytes(raw[k["ws_at"]:k["ws_at"] + 8], "little")
+        self.check(status, "lt_heuristic", self.handle, desc, "A", "B", "C", "D", "pref", want, "&result",
+                   "&count")
+        raw, rb, ab = result.raw, k["result_bytes"], k["algo_bytes"]
+        p.cands = []
+        for i in range(min(count.value, want)):
+            r = raw[i * rb:(i + 1) * rb]
+            if int.from_bytes(r[k["state_at"]:k["state_at"] + 4], "little", signed=True) != 0:
+                continue     # the heuristic's own verdict on this candidate: unusable
+            p.cands.append((ctypes.create_string_buffer(r[:ab], ab),
+                            int.from_bytes(r[k["ws_at"]:k["ws_at"] + 8], "little")))
+        if not p.cands:
+            self._destroy(p)
+            self.problems[key] = NotSupported
+            raise NotSupported(f"{self.lib.path}: no usable algorithm for {g}")
+        p.algo, p.ws = p.cands[0]
+        p.tuned = len(p.cands) < 2
         self.problems[key] = p
         return p
+
+    def _tune(self, g, p, aligns) -> None:
+        """Time each candidate of ``p`` on scratch operands (the real ones may alias: C == D
+        with beta != 0) and keep the fastest. Once per problem; the device is synchronized
+        first so the timings are of these calls alone. No scratch (too large, or the pool is
+        out of memory): the heuristic's first stays."""
+        p.tuned = True
+        ar, ac = (g.k, g.m) if g.trans_a else (g.m, g.k)
+        br, bc = (g.n, g.k) if g.trans_b else (g.k, g.n)
+        sizes = (operand_bytes(g.dtype, ar, ac, g.lda, g.batch, g.stride_a),
+                 operand_bytes(g.dtype, br, bc, g.ldb, g.batch, g.stride_b),
+                 operand_bytes(g.dtype, g.m, g.n, g.ldc, g.batch, g.stride_c))
+        if sum(sizes) > TUNE_SCRATCH or 0 in sizes:
+            self.tunings.append((g, aligns, None, 0, 0.0))
+            return
+        t0 = time.perf_counter()
+        drv, blocks, events = self.driver, [], []
+        try:
+            for n in sizes:
+                blocks.append(self.pool.alloc(n))
+        except MemoryError:
+            for b in blocks:
+                self.pool.free(b)
+            self.tunings.append((g, aligns, None, 0, 0.0))
+            return
+        try:
+            events = [drv.event_create(), drv.event_create()]
+            drv.synchronize()
+            a, b, d = (blk.data for blk in blocks)
+            ws, wsize = self._workspace()
+            alpha, beta = scalar_bytes(g.dtype, g.alpha), scalar_bytes(g.dtype, g.beta)
+            la, lb, lc = p.layouts
+            times = []
+            for algo, need in p.cands:
+                def call():
+                    return self.lib.lt_matmul(self.handle, p.desc, alpha, a, la, b, lb, beta, d, lc, d, lc,
+                                              algo, ws if need else None, min(need, wsize), None)
+                if call():            # the warm-up; a candidate the library refuses is never chosen
+                    times.append(math.inf)
+                    continue
+                drv.event_record(events[0], None)
+                failed = any(call() for _ in range(TUNE_REPS))
+                drv.event_record(events[1], None)
+                drv.event_synchronize(events[1])
+                times.append(math.inf if failed else drv.event_elapsed_ms(events[0], events[1]) / TUNE_REPS)
+                if len(times) == 1 and times[0] * 1e3 < TUNE_SKIP_US:
+                    break             # launch-bound: no candidate can win much
+            best = min(range(len(times)), key=times.__getitem__)
+            if times[best] < math.inf:
+                p.algo, p.ws = p.cands[best]
+            self.tunings.append((g, aligns, times, best, time.perf_counter() - t0))
+        finally:
+            drv.synchronize()          # the scratch is idle before it goes back to the pool
+            for e in events:
+                drv.event_destroy(e)
+            for blk in blocks:
+                self.pool.free(blk)
 
     def matmul(self, g, a: int, b: int, c: int, d: int, stream) -> None:
         """D = alpha * op(A) op(B) + beta * C for one strided batch (column-major ``g``)."""
         aligns = (alignment(a), alignment(b), alignment(c), alignment(d))
         with self.lock:
             p = self._problem(g, aligns)
+            if not p.tuned and self.tune == "always":
+                self._tune(g, p, aligns)
             ws, wsize = self._workspace()
             alpha, beta = scalar_bytes(g.dtype, g.alpha), scalar_bytes(g.dtype, g.beta)
             la, lb, lc = p.layouts
@@ -225,6 +333,8 @@ class LtEngine:
         as matmul raises it."""
         with self.lock:
             p = self._problem(g, aligns)
+            if not p.tuned and self.tune != "off":
+                self._tune(g, p, aligns)     # a replay records it: the problem repeats
             ws, wsize = self._workspace()
         fn = ctypes.cast(self.lib.lt_matmul, ctypes.c_void_p).value
         la, lb, lc = p.layouts
