@@ -125,6 +125,9 @@ def main():
     ap.add_argument("--glu-ab", type=int, default=0, metavar="ROUNDS",
                     help="as --siblings-ab with only the tails (an MLP's quantized gate and up "
                          "with their swiglu) switched")
+    ap.add_argument("--twin-chains-ab", type=int, default=0, metavar="ROUNDS",
+                    help="as --siblings-ab with only the twin chains (q/k RoPE with the k/v cache "
+                         "writes: one rope_kv launch) switched")
     ap.add_argument("--launcher-ab", type=int, default=0, metavar="ROUNDS",
                     help="in one process, for eager launches and for graphs, ROUNDS rounds of "
                          "--steps pipelined steps with the launch thread off, then on")
@@ -234,33 +237,38 @@ def main():
             r["median"] = {m: statistics.median(r[m]) for m in ("off", "on")}
         print(json.dumps({"shape": a.shape, "bits": a.bits, "switched": "launch thread", **rows}), flush=True)
         return
-    n_ab = a.siblings_ab or a.twins_ab or a.chains_ab or a.glu_ab
+    n_ab = a.siblings_ab or a.twins_ab or a.chains_ab or a.glu_ab or a.twin_chains_ab
     if n_ab:
         from mlx_amd.runtime import evaluator as E
         from mlx_amd.runtime.context import get_runtime
 
         ev = get_runtime().evaluator
         pairs = E.pair_table(E.DISPATCH)
+        # SIBLINGS, PAIRS, TWINS, CHAINS, TAILS, TWIN_CHAINS
         on = (E.sibling_table(E.DISPATCH), pairs, E.twin_table(E.DISPATCH), E.chain_table(E.DISPATCH, pairs),
-              E.tail_table(E.DISPATCH))
-        off = (on[:2] + ({},) + on[3:] if a.twins_ab else on[:3] + ({},) + on[4:] if a.chains_ab
-               else on[:4] + ({},) if a.glu_ab else ({}, {}, {}, {}, {}))
-        switched = ("twins" if a.twins_ab else "chains" if a.chains_ab else "glu" if a.glu_ab else "siblings")
+              E.tail_table(E.DISPATCH), E.twin_chain_table(E.DISPATCH))
+        cut = {"twins": (2, 5), "chains": (3,), "glu": (4,), "twin_chains": (5,), "siblings": tuple(range(6))}
+        switched = ("twins" if a.twins_ab else "chains" if a.chains_ab else "glu" if a.glu_ab
+                    else "twin_chains" if a.twin_chains_ab else "siblings")
+        off = tuple({} if k in cut[switched] else t for k, t in enumerate(on))
         tables = {"off": off, "on": on}
         rows = {"off": [], "on": []}
+        python_nodes = {"off": [], "on": []}   # nodes a replay handed back to Python
         for _ in range(n_ab):
             for mode in ("off", "on"):
-                E.SIBLINGS, E.PAIRS, E.TWINS, E.CHAINS, E.TAILS = tables[mode]
+                E.SIBLINGS, E.PAIRS, E.TWINS, E.CHAINS, E.TAILS, E.TWIN_CHAINS = tables[mode]
                 ev.drop_programs()
                 ev._seen.clear()
                 ev._sib_groups.clear()
                 for _ in range(6):               # record, then replays with a graph
                     y = step(y)
                     mx.eval(y)
+                p0 = ev.replay_python
                 y, r = pipelined(y, a.steps)
                 rows[mode].append(r["tok_s"])
+                python_nodes[mode].append(round((ev.replay_python - p0) / a.steps, 2))
         print(json.dumps({"shape": a.shape, "bits": a.bits, "switched": switched,
-                          "tok_s": rows,
+                          "tok_s": rows, "python_nodes_per_step": python_nodes,
                           "median": {m: statistics.median(v) for m, v in rows.items()}}), flush=True)
         return
     if a.phases:

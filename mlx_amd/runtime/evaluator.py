@@ -38,7 +38,8 @@ from .launch import Launch as _Launch
 from .launch import NativeLauncher as _NativeLauncher
 from .launch import _pointers
 from .launch import run as _launch
-from .ops import VIEW_PRIMITIVES, chain_table, dispatch_table, pair_table, sibling_table, tail_table, twin_table  # noqa: F401  (VIEW_PRIMITIVES re-exported)
+from .ops import (VIEW_PRIMITIVES, chain_table, dispatch_table, pair_table, sibling_table,  # noqa: F401
+                  tail_table, twin_chain_table, twin_table)  # (VIEW_PRIMITIVES re-exported)
 from .plan import ITEMSIZE as _ITEMSIZE
 from .plan import Layout
 from .plan import Memset as _Memset
@@ -62,6 +63,10 @@ PAIRS = pair_table(DISPATCH) if SIBLINGS else {}
 # primitive -> family that plans two independent nodes of it with equal parameters as one
 # (an attention's q and k RoPE, its k and v cache writes); the same switch
 TWINS = twin_table(DISPATCH) if SIBLINGS else {}
+# (twin primitive, twin primitive) -> family that plans a twin pair and a later twin pair
+# whose first reads the first pair's second output as one (q's and k's RoPE, then the k and
+# v cache writes: one launch instead of two); the chains' switch
+TWIN_CHAINS = twin_chain_table(DISPATCH) if SIBLINGS and os.environ.get("MLX_AMD_CHAINS", "1") != "0" else {}
 # (pair's primitives) -> {primitive: family}: nodes reading a pair's output first that the
 # family plans with the pair as one (an Add and RMSNorm, then the quantized projections of the
 # norm's output: one launch instead of two); the same switch, and MLX_AMD_CHAINS=0 alone
@@ -672,6 +677,7 @@ class Evaluator:
                     return False
             return True
 
+        twin_pairs = []
         if twin_nodes:
             # primitives in the order they first appear (a model's norms before its RoPE)
             for members in twin_nodes.values():
@@ -682,6 +688,7 @@ class Evaluator:
                         taken.update((i, f))
                         groups[i], fams[i] = (f,), TWINS[nodes[i][0]]
                         at[f] = i   # (Qwen 3's k norm with q's: then k's RoPE can join q's)
+                        twin_pairs.append((i, f))
                         k += 2
                     else:
                         k += 1
@@ -739,6 +746,26 @@ class Evaluator:
                     chains[i] = (run, readers[prim], frozenset(here - set(nodes[i][3]) - set(nodes[f][3])),
                                  {c: tuple(v) for c, v in late.items()})
                     break
+        if TWIN_CHAINS and len(twin_pairs) > 1:
+            # a twin pair (q's and k's RoPE) and a later one whose first reads the pair's second
+            # output as its update (the k cache write of k's rotation; the v write its twin),
+            # the later pair's other inputs there when the first runs: one plan
+            by_update = {nodes[j][2][1]: (j, h) for j, h in twin_pairs if len(nodes[j][2]) == 2}
+            for i, f in twin_pairs:
+                if i in chains or not nodes[f][3]:
+                    continue
+                jh = by_update.get(nodes[f][3][0])
+                if jh is None or jh[0] <= f or jh[0] in chains:
+                    continue
+                j, h = jh
+                fam = TWIN_CHAINS.get((nodes[i][0], nodes[j][0]))
+                if fam is None or not (ready_at(nodes[j][2][:1], i) and ready_at(nodes[h][2], i)):
+                    continue
+                for c in (j, h):
+                    views = views_of(c, i)
+                    if views:
+                        chain_early[c] = views
+                chains[i] = ((j, h), fam, frozenset(), {})
         if TAILS:
             # a node reading the outputs of a sibling group, one input each in the group's
             # order (an MLP's swiglu of its gate and up), that the family plans with the group
@@ -767,7 +794,10 @@ class Evaluator:
         """Make the views that produce a sibling's inputs now (they come after its group's
         first node: W.T, a reshaped x); False if one cannot be made."""
         for v, out_slot, in_slot in views or ():
-            if v in done or g.info(out_slot) is not None:   # made already (here or natively)
+            # made already, here or natively (a replay that handed the group's first node
+            # back made its siblings' views first; a view read only by the next view of a
+            # chain then has its slot released, so ask the node, not the slot)
+            if v in done or g.finished(v):
                 continue
             # its input made by a node still to run (a backward pass's): no early view
             if g.info(in_slot) is None or not g.try_view(v):

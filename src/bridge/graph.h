@@ -53,6 +53,11 @@ class Graph {
 
   // replay.cpp: recording and replaying a Program
   void record(Program& prog, int64_t node, int kind);
+  // whether node n is computed (a replay may have made a view early, natively)
+  bool finished(int64_t n) {
+    if (n < 0 || n >= static_cast<int64_t>(nodes_.size())) node_at(n, "finished");   // raises
+    return nodes_[n].finished;
+  }
   // leaves with data; with a program, only those its leaf cache does not hold (the
   // cached ones are kept for the next replay)
   nb::list leaves(Program* prog, ConstCache* consts);

@@ -124,6 +124,7 @@ NB_MODULE(_bridge, m) {
           },
           "node"_a, "drain"_a = false,
           "Mark node n computed; with drain, also return drain_freed()'s tokens (None: none)")
+      .def("finished", &Graph::finished, "node"_a, "whether node n is computed")
       .def("watch", &Graph::watch, "slot"_a)
       .def("release", &Graph::release)
       .def("__len__", &Graph::num_nodes)

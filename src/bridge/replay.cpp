@@ -417,6 +417,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
   std::vector<int64_t> in_slots, out_slots;   // the node's, then its siblings'
   std::vector<char> donated;
   std::vector<uintptr_t> taken_keys;
+  std::vector<int64_t> out_shift;   // per output: bytes its references move (KV writes)
   std::string blob;
 
   auto address = [&](const mx::array& a, uintptr_t* out) {
@@ -591,7 +592,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     }
     bool same = pn.kind != PKind::Python && pn.type == &typeid(prim) &&
                 (pn.prim.get() == &prim || pn.prim->is_equivalent(prim));
-    int64_t shift = 0;   // bytes the main steps' output references move (KV writes)
+    int64_t shift = 0;   // bytes the node's output references move (a KV write)
     // (by name: libmlx does not export SliceUpdate's type_info)
     if (!same && pn.kind == PKind::Gpu && pn.type == &typeid(prim) &&
         node.prim->cname == "SliceUpdate") {
@@ -664,6 +665,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
     // addresses follow the node's own), its outputs after the node's
     in_slots.assign(node.inputs.begin(), node.inputs.end());
     out_slots.assign(node.outputs.begin(), node.outputs.end());
+    out_shift.assign(node.outputs.size(), shift);
     for (size_t k = 0; k < pn.siblings.size() && same; ++k) {
       const auto f = pn.siblings[k];
       const auto& fnode = nodes_[f];
@@ -691,12 +693,11 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       const auto& pf = prog.at(f, "replay");
       const mx::array& fa = *slots_[fnode.outputs[0]].arr;
       same = same && !fnode.finished && pf.kind == PKind::Sibling && pf.type == &typeid(fa.primitive());
+      int64_t fshift = 0;
       if (same && pf.prim.get() != &fa.primitive() && !pf.prim->is_equivalent(fa.primitive())) {
-        // a twin cache write (SliceUpdate) moved by as much as the node's own: the shift
-        // that moves the node's output references moves its too
-        int64_t fshift = 0;
-        same = fnode.prim->cname == "SliceUpdate" && node.prim->cname == "SliceUpdate" &&
-               slice_update_shift(*pf.prim, fa.primitive(), fa, &fshift) && fshift == shift;
+        // a cache write (SliceUpdate: the k/v twin, or the writes chained to q's and k's
+        // RoPE) at another position: its output references move by its own shift
+        same = fnode.prim->cname == "SliceUpdate" && slice_update_shift(*pf.prim, fa.primitive(), fa, &fshift);
       }
       for (size_t j = 0; j < fnode.outputs.size() && same; ++j) {
         const auto& o = *slots_[fnode.outputs[j]].arr;
@@ -710,6 +711,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       }
       in_slots.insert(in_slots.end(), fnode.inputs.begin(), fnode.inputs.end());
       out_slots.insert(out_slots.end(), fnode.outputs.begin(), fnode.outputs.end());
+      out_shift.insert(out_shift.end(), fnode.outputs.size(), fshift);
     }
     if (!same) {
       // the same kind of GPU node at other shapes or parameters (a KV cache that grew), or
@@ -743,8 +745,8 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
           } else if (pn.written.empty() || pn.written[j].first < 0) {
             written.append(nb::make_tuple(static_cast<int64_t>(key), -1, -1));
           } else {
-            written.append(nb::make_tuple(static_cast<int64_t>(key), pn.written[j].first + shift,
-                                          pn.written[j].second + shift));
+            written.append(nb::make_tuple(static_cast<int64_t>(key), pn.written[j].first + out_shift[j],
+                                          pn.written[j].second + out_shift[j]));
           }
           break;
         }
@@ -771,7 +773,7 @@ nb::tuple Graph::replay(Program& prog, nb::dict leaf_dev, Outputs& outputs,
       for (auto& r : st.refs) {
         uintptr_t base = r.kind == 'i' ? in_ptrs[r.index] : r.kind == 'o' ? out_ptrs[r.index]
                        : r.kind == 'z' ? prog.zero_base() : arena;
-        int64_t off = r.offset + (r.kind == 'o' && st.init_out < 0 ? shift : 0);
+        int64_t off = r.offset + (r.kind == 'o' && st.init_out < 0 ? out_shift[r.index] : 0);
         ptrs.push_back(base + static_cast<uintptr_t>(off));
       }
       if (st.callback.is_valid()) {

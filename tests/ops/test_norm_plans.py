@@ -27,7 +27,7 @@ def test_dispatch_and_tables():
     assert len(names) == len(set(names)) == 40 + 6 + 6
     assert "norm_r_rms_bfloat16_float32_w64" in names
     assert kt.kernel_names("rope") == [f"rope_{k}_{d}_{d}" for d in ("float32", "float16", "bfloat16")
-                                       for k in ("g", "t")]
+                                       for k in ("g", "t", "kv")]
     for fam in ("norm", "rope"):
         src = kt.instantiation_source(fam)
         assert src.count("\n") == len(kt.kernel_names(fam)) + 1
@@ -177,6 +177,10 @@ int main() {
   std::printf("RopeShape.sizeof %zu\n", sizeof(RopeShape));
   std::printf("Twin.sizeof %zu\n", sizeof(Twin));
   F(Twin, a) F(Twin, b) F(RopeShape, stride_b) F(RopeShape, head_chunk)
+  struct Kv { const void* p[7]; RopeArgs a; RopeShape b; RopeKvShape c; };   // rope_kv's parameters
+  std::printf("Kv.sizeof %zu\n", sizeof(Kv));
+  std::printf("RopeKvShape.sizeof %zu\n", sizeof(RopeKvShape));
+  F(Kv, a) F(Kv, b) F(Kv, c) F(RopeKvShape, v_b) F(RopeKvShape, v_total) F(RopeKvShape, h) F(RopeKvShape, pad)
 }
 """
 
@@ -196,6 +200,10 @@ def test_args_match_c(tmp_path):
     assert c["Twin.sizeof"] == rp.TWIN_ARG_SIZE == 240 and (c["Twin.a"], c["Twin.b"]) == (32, 152)
     assert c["RopeShape.sizeof"] == rp.ARG_SIZE - 32 and c["RopeShape.stride_b"] == 0
     assert c["RopeShape.head_chunk"] == rp.ARG_FIELDS["head_chunk"] - 32
+    # rope_kv: seven pointers, q's RopeArgs, k's shape, the slots' geometry
+    assert c["Kv.sizeof"] == rp.KV_ARG_SIZE and (c["Kv.a"], c["Kv.b"], c["Kv.c"]) == (56, 176, 264)
+    assert c["RopeKvShape.sizeof"] == rp._KV_ARGS.size == 80
+    assert (c["RopeKvShape.v_b"], c["RopeKvShape.v_total"], c["RopeKvShape.h"], c["RopeKvShape.pad"]) == (24, 56, 64, 76)
     assert (c["NormTwin.sizeof"], c["NormTwin.b"]) == (2 * nm.ARG_SIZE, 32 + nm.ARG_SIZE)
     assert (c["NormShape.rows"], c["NormShape.eps"]) == (0, nm.ARG_FIELDS["eps"] - 32)
     blob = struct.pack("<QQQQ", 1, 2, 3, 4) + nm.pack_args(7, 9, 11, 3, 0.5)
@@ -253,3 +261,63 @@ def test_residual_add_and_rms_norm_pair_plan(dt):
     assert nm.plan_siblings([Node("Add", (), (long, long), (long,)), rms(long, long)], DEV32) is None
     assert nm.plan_siblings([Node("Subtract", (), (x, x), (x,)), nrm], DEV32) is None
 
+
+
+def slice_update(cache, upd, start):
+    """mlx-lm's KVCache write: cache[..., start:start + L, :] = upd."""
+    L = upd.shape[2]
+    st = (0, 0, start, 0)
+    stop = (cache.shape[0], cache.shape[1], start + L, cache.shape[3])
+    return Node("SliceUpdate", (4, st, stop, (1, 1, 1, 1)), (cache, upd), (R(cache.shape, cache.dtype),))
+
+
+@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
+def test_rope_and_cache_writes_plan(dt):
+    """q's and k's RoPE, then the k and v cache writes (the evaluator's twin chain) as one
+    rope_kv launch: k's pointers, the k slot (output 2 at the slice start), v, the v slot,
+    then q's; the tails of q's and k's rotations and the slots' geometry; the cache writes'
+    own donation, copies and written ranges moved past the rotations. Declined where a write
+    is not a plain slot write of the whole rotated k."""
+    from mlx_amd.runtime.ops import indexing
+
+    B, Hq, Hkv, L, D, MAXL, start = 1, 32, 8, 1, 128, 256, 37
+    q = Layout.strided((B, Hq, L, D), (L * (Hq + 2 * Hkv) * D, D, (Hq + 2 * Hkv) * D, 1), dt)
+    k = Layout.strided((B, Hkv, L, D), (L * (Hq + 2 * Hkv) * D, D, (Hq + 2 * Hkv) * D, 1), dt)
+    v = k
+    cache = R((B, Hkv, MAXL, D), dt)
+    rq, rk = rope_node(q, D), rope_node(k, D)
+    wk, wv = slice_update(cache, R(rk.out.shape, dt), start), slice_update(cache, v, start)
+    p = rp.plan_siblings([rq, rk, wk, wv], DEV32)
+    (st,) = p.steps
+    qa, ka = rp.plan_node(rq, DEV32).steps[0], rp.plan_node(rk, DEV32).steps[0]
+    item = 4 if dt == "float32" else 2
+    base = start * D * item
+    assert st.kernel == f"rope_kv_{dt}_{dt}" and st.grid[1:] == (3, 1) and st.n_ptrs == 11
+    assert st.grid[0] == max(qa.grid[0], ka.grid[0], -(-(B * Hkv * L * D) // rp.BLOCK))
+    # inputs: q's x, offset (0, 1), k's (2, 3), the k write's cache and update (4, 5), the v
+    # write's cache and v (6, 7); outputs: q, k, the k cache, the v cache
+    assert [tuple(r) for r in st.refs] == [("i", 2, 0), ("i", 3, 0), ("i", 3, 0), ("o", 1, 0), ("o", 2, base),
+                                           ("i", 7, 0), ("o", 3, base), ("i", 0, 0), ("i", 1, 0), ("i", 1, 0),
+                                           ("o", 0, 0)]
+    assert st.tail == qa.tail + ka.tail + rp._KV_ARGS.pack(MAXL * Hkv * D, MAXL * D, D, *v.strides,
+                                                           B * Hkv * L * D, Hkv, L, D, 0)
+    assert len(st.tail) + 8 * st.n_ptrs == rp.KV_ARG_SIZE
+    writes = indexing.plan_siblings([wk, wv], DEV32)
+    assert p.donate == ((2, 4), (3, 6)) and p.written == (None, None) + writes.written
+    assert [j for j, _ in p.init] == [2, 3]
+    for (j, (cp,)), (_, (wcp,)) in zip(p.init, writes.init):   # each cache's copy, refs moved
+        assert cp.kernel == wcp.kernel and {r.kind for r in cp.refs} == {"i", "o"}
+        assert [r.index for r in cp.refs if r.kind == "o"] == [j]
+        assert [r.index for r in cp.refs if r.kind == "i"] == [4 if j == 2 else 6]
+    # declined: the first write stores something else than the whole rotated k; a summing
+    # write; a slice with a step on the last axis; caches of two shapes
+    other = R((B, Hkv, 2, D), dt)
+    assert rp.plan_siblings([rq, rk, slice_update(cache, other, start), slice_update(cache, other, start)],
+                            DEV32) is None
+    summing = Node("SliceUpdate", (2,) + wk.params[1:], wk.ins, wk.outs)
+    assert rp.plan_siblings([rq, rk, summing, summing], DEV32) is None
+    half = R((B, Hkv, MAXL, 2 * D), dt)
+    stepped = Node("SliceUpdate", (4, (0, 0, start, 0), (B, Hkv, start + 1, 2 * D), (1, 1, 1, 2)),
+                   (half, R(rk.out.shape, dt)), (half,))
+    assert rp.plan_siblings([rq, rk, stepped, stepped], DEV32) is None
+    assert rp.plan_siblings([rq, rk, wk, slice_update(R((B, Hkv, 2 * MAXL, D), dt), v, start)], DEV32) is None

@@ -104,3 +104,50 @@ def test_rope_twins(gpu_runtime, dt, trad):
     x = rnd((1, 3, 2, 32), dt, 10)
     oracle.check_gpu(lambda x: (rope(x, 32, trad, offset=2), rope(x, 16, trad, offset=2)), x, prims=P, **TOL[dt])
     oracle.check_gpu(lambda x: rope(rope(x, 32, trad, offset=2), 32, trad, offset=2), x, prims=P, **TOL[dt])
+
+
+@pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("trad,dims", [(False, 32), (True, 32), (False, 16)])
+def test_rope_and_cache_writes_as_one_launch(gpu_runtime, dt, trad, dims):
+    """q's and k's RoPE and then the k and v cache writes, as mlx-lm's attention and KVCache
+    make them (the twin chain: one rope_kv launch): a 3-token prompt, then decode steps that
+    replay with the cache slot moving each step, equal to plain MLX step by step. The first
+    step copies the caches (the test holds the zeros), later ones donate them."""
+    Hq, Hkv, D, MAXL = 4, 2, 32, 16
+
+    def step(x, kc, vc, off):
+        B, L = x.shape[:2]
+        q = x[..., :Hq * D].reshape(B, L, Hq, D).transpose(0, 2, 1, 3)
+        k = x[..., Hq * D:(Hq + Hkv) * D].reshape(B, L, Hkv, D).transpose(0, 2, 1, 3)
+        v = x[..., (Hq + Hkv) * D:].reshape(B, L, Hkv, D).transpose(0, 2, 1, 3)
+        q = rope(q, dims, trad, offset=off)
+        k = rope(k, dims, trad, offset=off)
+        kc[..., off:off + L, :] = k
+        vc[..., off:off + L, :] = v
+        return q, kc, vc
+
+    xs = [rnd((1, 3 if t == 0 else 1, (Hq + 2 * Hkv) * D), dt, 20 + t) for t in range(8)]
+    offs = [0] + [3 + t for t in range(7)]
+
+    def run():
+        kc = mx.zeros((1, Hkv, MAXL, D), getattr(mx, dt))
+        vc = mx.zeros((1, Hkv, MAXL, D), getattr(mx, dt))
+        zeros = (kc, vc)
+        outs = []
+        for x, off in zip(xs, offs):
+            q, kc, vc = step(x, kc, vc, off)
+            mx.eval(q, kc, vc)
+            outs.append((q, kc, vc))
+        assert zeros[0].shape == (1, Hkv, MAXL, D)     # still held: the first step copied them
+        return outs
+
+    with oracle.plain_mlx():
+        ref = run()
+    gpu_runtime.evaluator.plans.clear()
+    got = run()
+    for t, (g, r) in enumerate(zip(got, ref)):
+        for name, a, b in zip("qkv", g, r):
+            oracle.assert_close(a, b, f"{dt} step {t} {name}", **TOL[dt])
+    kernels = {st.kernel for entry in gpu_runtime.evaluator.plans.values() if entry[0] is not None
+               for st in entry[0].steps if hasattr(st, "kernel")}
+    assert f"rope_kv_{dt}_{dt}" in kernels, sorted(kernels)

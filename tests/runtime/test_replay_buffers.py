@@ -554,7 +554,8 @@ def _grouping_evaluator(monkeypatch, on, graphs, tables):
     from mlx_amd.runtime import evaluator as E
 
     make = {"SIBLINGS": E.sibling_table, "PAIRS": E.pair_table, "TWINS": E.twin_table,
-            "CHAINS": lambda d: E.chain_table(d, E.pair_table(d)), "TAILS": E.tail_table}
+            "CHAINS": lambda d: E.chain_table(d, E.pair_table(d)), "TAILS": E.tail_table,
+            "TWIN_CHAINS": E.twin_chain_table}
     for t in tables:
         monkeypatch.setattr(E, t, make[t](E.DISPATCH) if on else {})
     rt, _ = make_runtime(compute_units=132)
@@ -790,7 +791,8 @@ def test_twin_cache_writes_run_as_one_launch_and_move_in_replays(monkeypatch, gr
                                                         ("CHAINS", "tiny", 4, 2), ("CHAINS", "qwen3-tiny", 8, 2),
                                                         ("CHAINS", "tiny", 0, 2), ("CHAINS", "qwen3-tiny", 0, 2),
                                                         ("TAILS", "tiny", 4, None), ("TAILS", "qwen3-tiny", 8, None),
-                                                        ("TAILS", "tiny", 0, 0)])
+                                                        ("TAILS", "tiny", 0, 0), ("TWIN_CHAINS", "tiny", 0, 1),
+                                                        ("TWIN_CHAINS", "qwen3-tiny", 4, 1)])
 def test_grouping_in_a_decode_step(monkeypatch, table, shape, bits, per_layer):
     """mlx-lm's own decode step (random weights): with the twins on, each layer launches
     `per_layer` fewer kernels (Llama: q/k RoPE and k/v cache writes; Qwen 3: also its q/k
@@ -801,7 +803,8 @@ def test_grouping_in_a_decode_step(monkeypatch, table, shape, bits, per_layer):
     where the runtime compiles it into one kernel, three node by node, as here without a
     run-time compiler; it goes into the gate and up's launch, itself in the chain of the
     layer's second norm; dense: none); in replays too, and no more nodes go back to Python in
-    replays than without them."""
+    replays than without them. With the twin chains on, one fewer: the k and v cache writes go
+    into the q/k RoPE launch (prompt and decode steps alike)."""
     from mlx_lm.models.cache import make_prompt_cache
     from profile_engine import null_counts
 
@@ -814,6 +817,10 @@ def test_grouping_in_a_decode_step(monkeypatch, table, shape, bits, per_layer):
     saved = context._runtime
     launches, python_nodes = {}, {}
     compiled.STATS.clear()
+    if table == "TWINS":   # the twins alone (their chains would take one more launch a layer)
+        from mlx_amd.runtime import evaluator as E
+
+        monkeypatch.setattr(E, "TWIN_CHAINS", {})
     try:
         for on in (False, True):
             if table == "CHAINS" and not bits:   # dense chains are opt-in: on for this test
@@ -845,3 +852,38 @@ def test_grouping_in_a_decode_step(monkeypatch, table, shape, bits, per_layer):
     assert [a - b for a, b in zip(launches[False], launches[True])] == [first * per_layer * layers] + \
         [per_layer * layers] * 5, launches
     assert python_nodes[True] == python_nodes[False], python_nodes
+
+
+def test_twin_chain_across_a_growing_kv_cache(monkeypatch):
+    """mlx-lm's KV cache grows by 256 positions at a time: the decode step that crosses a
+    boundary changes the cache writes' shapes, so its replay hands the RoPE/cache-write chain
+    back to Python after it already made the k rotation's input views (two deep: reshape,
+    transpose) natively; those count as made (the null runtime: no values, the engine's
+    bookkeeping), and the steps replay as often as without the chain."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from mlx_amd import fastops, llm
+    from mlx_amd.runtime import context
+
+    fastops.install()
+    saved = context._runtime
+    toks = {}
+    try:
+        for on in (False, True):
+            ev = _grouping_evaluator(monkeypatch, on, False, ("TWIN_CHAINS",))
+            model = llm.random_model("tiny", "bfloat16", 0, quantize=4)
+            cache = make_prompt_cache(model)
+            prompt = mx.array([list(range(1, 252))])
+            tok = mx.argmax(model(prompt, cache=cache)[:, -1, :], axis=-1)
+            seq = []
+            for _ in range(10):          # positions 251..260: the cache grows at 256
+                tok = mx.argmax(model(tok[:, None], cache=cache)[:, -1, :], axis=-1)
+                ev.eval([tok])
+                seq.append(cache[0].keys.shape[2])
+            toks[on] = (ev.replays, ev.replay_python, seq)
+    finally:
+        fastops.uninstall()
+        context._runtime = saved
+    (r0, p0, s0), (r1, p1, s1) = toks[False], toks[True]
+    assert s1 == s0 and s1[0] == 256 and s1[-1] == 512, toks       # the cache did grow once
+    assert r1 >= 5 and r1 == r0, toks

@@ -42,4 +42,17 @@ struct RopeShape {
   MLXA_ROPE_SHAPE_FIELDS
 };
 
+// The cache writes of q's and k's rotation launch (rope_kv, an attention's decode step):
+// the second rotation's (B, H, L, D) output also goes to the k cache's slot, and v (the same
+// shape, read through its strides) to the v cache's slot. Both caches have one shape and
+// one slice (twin SliceUpdates), so one set of slot strides serves both; element (b, h, l,
+// i) of a slot is at b * slot_b + h * slot_h + l * slot_l + i (the slot pointers carry
+// its start).
+struct RopeKvShape {
+  int64_t slot_b, slot_h, slot_l;     // elements
+  int64_t v_b, v_h, v_l, v_d;         // v's element strides
+  int64_t v_total;                    // B * H * L * D
+  int32_t h, l, d, pad;               // v's H, L, D
+};
+
 }  // extern "C"

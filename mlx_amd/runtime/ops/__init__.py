@@ -6,9 +6,10 @@ node's signature, no GPU involved; None sends the node to MLX's CPU fallback.
 
 The evaluator dispatches on the union of the ``PRIMITIVES`` tables of every module in
 this package, discovered here, so a new family is a new file and nothing else changes.
-Optionally ``SIBLINGS`` / ``PAIRS_AFTER`` / ``TWINS`` / ``CHAINS_AFTER`` and
-``plan_siblings(nodes, device)``: several nodes as one plan (``sibling_table``,
-``pair_table``, ``twin_table``, ``chain_table``; docs/architecture.md).
+Optionally ``SIBLINGS`` / ``PAIRS_AFTER`` / ``TWINS`` / ``CHAINS_AFTER`` /
+``TWIN_CHAINS_AFTER`` and ``plan_siblings(nodes, device)``: several nodes as one plan
+(``sibling_table``, ``pair_table``, ``twin_table``, ``chain_table``, ``twin_chain_table``;
+docs/architecture.md).
 A family with ``VERIFIED = False`` (written, compile- and CPU-checked, but not yet run by
 the GPU suite) is left out unless ``MLX_AMD_UNVERIFIED=1``: MLX's CPU fallback serves its
 primitives meanwhile.
@@ -106,6 +107,22 @@ def twin_table(dispatch: dict) -> dict:
     q and k rotations, its k and v cache writes), of those ``dispatch`` routes to it."""
     return {prim: mod for prim, mod in dispatch.items()
             if prim in getattr(mod, "TWINS", ()) and hasattr(mod, "plan_siblings")}
+
+
+def twin_chain_table(dispatch: dict) -> dict:
+    """(primitive of a twin pair, primitive of a later twin pair whose first reads the
+    first pair's second output) -> the family module that plans the four as one (its
+    ``TWIN_CHAINS_AFTER`` and ``plan_siblings``: q's and k's RoPE, then the k and v cache
+    writes), where both primitives are twins (``twin_table``) and the first is that module's."""
+    twins = twin_table(dispatch)
+    out = {}
+    for mod in set(dispatch.values()):
+        for first, seconds in getattr(mod, "TWIN_CHAINS_AFTER", {}).items():
+            if twins.get(first) is mod:
+                for second in seconds:
+                    if second in twins:
+                        out[(first, second)] = mod
+    return out
 
 
 def chain_table(dispatch: dict, pairs: dict) -> dict:

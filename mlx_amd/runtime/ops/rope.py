@@ -8,22 +8,27 @@ between the batch and the sequence axes collapse to one stride; both layouts
 (traditional or not), dims < D (the tail passes through), given frequencies, scale.
 The output is row-contiguous. Anything else: None (MLX's decomposition on the CPU).
 Two RoPE nodes with equal parameters whose inputs are there together (an attention's q
-and k, TWINS) run as one launch of the twin kernel (``plan_siblings``).
+and k, TWINS) run as one launch of the twin kernel (``plan_siblings``); when the k and v
+cache writes (twin SliceUpdates, the first writing the second rotation) follow, the four
+run as one launch of the rope_kv kernel (TWIN_CHAINS_AFTER): a decode step's rotations and
+cache writes in one launch instead of two.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 
 from .. import kernel_table as kt
 from ..launch import Launch
-from ..plan import Plan, inp, out, twin_launch
+from ..plan import Plan, inp, out, regroup, row_strides, twin_launch
 from . import elementwise as ew
 
 FAMILY = "rope"
 PRIMITIVES = {"mlx_amd::RoPE": "rope"}
 TWINS = ("mlx_amd::RoPE",)
+TWIN_CHAINS_AFTER = {"mlx_amd::RoPE": ("SliceUpdate",)}
 
 BLOCK = 256
 MAX_GRID = 1 << 20
@@ -34,6 +39,8 @@ FILL_ITEMS = 1 << 17
 _ARGS = struct.Struct("<qqqqq9iffi")     # RopeArgs after its four pointers
 ARG_SIZE = 32 + _ARGS.size
 TWIN_ARG_SIZE = 32 + ARG_SIZE + _ARGS.size   # the second's pointers, RopeArgs, the second's shape
+_KV_ARGS = struct.Struct("<8q4i")        # RopeKvShape
+KV_ARG_SIZE = 56 + ARG_SIZE + _ARGS.size + _KV_ARGS.size   # 7 pointers, RopeArgs, RopeShape, RopeKvShape
 ARG_FIELDS = {"x": 0, "offset": 8, "freqs": 16, "out": 24, "stride_b": 32, "stride_n": 40,
               "stride_l": 48, "stride_d": 56, "total": 64, "n_heads": 72, "seq": 76, "d": 80,
               "half": 84, "items": 88, "offset_stride": 92, "freqs_stride": 96,
@@ -119,7 +126,10 @@ def plan_node(node, device):
 def plan_siblings(nodes, device):
     """Two RoPE nodes (TWINS: equal parameters, inputs there together) as one launch of the
     twin kernel, each rotation over its own blocks (grid y); None unless each alone would
-    be one launch of the same dtype's kernel."""
+    be one launch of the same dtype's kernel. Four nodes: the two, then the k and v cache
+    writes (``plan_rope_kv``)."""
+    if len(nodes) == 4:
+        return plan_rope_kv(nodes, device)
     if len(nodes) != 2 or any(n.prim not in PRIMITIVES for n in nodes):
         return None
     plans = [plan_node(n, device) for n in nodes]
@@ -129,3 +139,55 @@ def plan_siblings(nodes, device):
     if a.kernel != b.kernel:
         return None
     return Plan((twin_launch(kt.table(FAMILY).twin(kt, nodes[0].ins[0].dtype), a, b, len(nodes[0].ins)),))
+
+
+def plan_rope_kv(nodes, device):
+    """q's and k's RoPE, then the k and v cache writes (the evaluator's twin chain: two
+    SliceUpdates with equal parameters, the first writing the second rotation's output, as
+    mlx-lm's KVCache does) as one launch of the rope_kv kernel: grid y 0 rotates q, 1
+    rotates k into its output and the k cache's slot, 2 copies v into the v cache's slot.
+    Donation, the copies of caches that cannot be donated and the written ranges are the
+    cache writes' own (indexing's twin plan). None unless the writes are plain 4-D slot
+    writes of the whole rotated k and a v of its shape, on caches of one shape."""
+    from . import indexing
+
+    rq, rk, wk, wv = nodes
+    if any(n.prim not in PRIMITIVES for n in (rq, rk)) or wk.prim != "SliceUpdate" or wv.prim != "SliceUpdate":
+        return None
+    rope = plan_siblings([rq, rk], device)
+    writes = indexing.plan_siblings([wk, wv], device)
+    if rope is None or writes is None or len(wk.ins) != 2 or len(wv.ins) != 2:
+        return None
+    kout, kupd, vupd, cache = rk.out, wk.ins[1], wv.ins[1], wk.out
+    dt = kout.dtype
+    if kout.ndim != 4 or kupd.shape != kout.shape or vupd.shape != kout.shape or cache.ndim != 4 \
+            or {kupd.dtype, vupd.dtype, cache.dtype, wv.out.dtype} != {dt}:
+        return None
+    rtype, start, _stop, steps = wk.params
+    if indexing.REDUCE.get(int(rtype), "?") is not None:   # a plain write, no reduction
+        return None
+    orow = row_strides(cache.shape)
+    slot = [r * int(st) for r, st in zip(orow, steps)]
+    if slot[3] != 1:
+        return None
+    base = sum(int(a) * r for a, r in zip(start, orow)) * kout.itemsize
+    B, H, L, D = kout.shape
+    # the rotations' launches: q's alone (its RopeArgs), k's alone (its pointers and shape)
+    qa, ka = (plan_node(n, device).steps[0] for n in (rq, rk))
+    nq, nk = len(rq.ins), len(rk.ins)
+    v_in = nq + nk + 2 + 1          # v: the second write's update
+    kv = _KV_ARGS.pack(slot[0], slot[1], slot[2], *vupd.strides, B * H * L * D, H, L, D, 0)
+    name = kt.table(FAMILY).kv(kt, dt)
+    if not kt.has_kernel(FAMILY, name):
+        return None
+    # k's refs as the group's second (x, offset, freqs, out 1), the slots in outputs 2 and 3
+    k_refs = regroup(ka.refs, nq, 1)
+    refs = k_refs + (out(2, base), inp(v_in), out(3, base)) + qa.refs
+    grid = max(qa.grid[0], ka.grid[0], min(MAX_GRID, -(-(B * H * L * D) // BLOCK)))
+    launch = Launch(FAMILY, name, (grid, 3, 1), qa.block, 0, len(refs), qa.tail + ka.tail + kv, refs=refs)
+    shift = nq + nk
+    init = tuple((j + 2, tuple(dataclasses.replace(st, refs=regroup(st.refs, shift, 2)) for st in steps_))
+                 for j, steps_ in writes.init)
+    donate = tuple((oj + 2, ii + shift) for oj, ii in writes.donate)
+    written = (None, None) + tuple(writes.written) if writes.written is not None else None
+    return Plan((launch,), donate=donate, init=init, written=written)
