@@ -97,6 +97,9 @@ class FakeDriver:
     def synchronize(self):
         self.syncs += 1
 
+    def memset(self, ptr, value, nbytes, stream=None):
+        self.filled = getattr(self, "filled", []) + [(ptr, value, nbytes)]
+
     def event_create(self, timing=True):
         self.live_events += 1
         return [0.0]
@@ -175,6 +178,7 @@ def test_repeat_times_at_record_and_keeps_the_fastest(monkeypatch):
     # scratch operands only, on the timing's own stream, never the caller's arrays
     assert all(c[1] not in (A, B, D) and c[4] not in (A, B, D) and c[5] is None for c in timed)
     assert not scratch(pool) and eng.driver.live_events == 0 and eng.driver.syncs >= 2
+    assert len(eng.driver.filled) == 3 and all(v == 0x3C for _, v, _ in eng.driver.filled)
     g, aligns, times, best, secs = eng.tunings[0]
     assert g == G and best == 2 and times == pytest.approx([0.30, 0.25, 0.12, 0.40])
     n = len(lib.calls)
@@ -252,7 +256,7 @@ def test_no_scratch_keeps_the_first(monkeypatch):
     eng, pool = engine(monkeypatch, lib, pool=FakePool(limit=WS + (1 << 20)))
     assert algo_index(eng.native(G, ALIGNS)) == 0
     assert eng.tunings[0][2] is None and not scratch(pool)
-    big = Gemm("float32", 1 << 15, 1 << 15, 1 << 15, False, False, 1 << 15, 1 << 15, 1 << 15)
+    big = Gemm("float32", 1 << 13, 1 << 13, 1 << 13, False, False, 1 << 13, 1 << 13, 1 << 13)   # 768 MiB
     lib2 = FakeLib([0.3, 0.1])
     eng2, pool2 = engine(monkeypatch, lib2)
     assert algo_index(eng2.native(big, ALIGNS)) == 0 and pool2.sizes == [WS]     # over TUNE_SCRATCH

@@ -92,7 +92,7 @@ TUNE_MODES = ("repeat", "always", "off")
 TUNE_CANDIDATES = 8       # algorithms asked of the heuristic
 TUNE_REPS = 3             # timed calls of each, after one warm-up call
 TUNE_SKIP_US = 25.0       # the heuristic's choice runs faster than this: launch-bound, kept untimed
-TUNE_SCRATCH = 1 << 30    # most bytes of scratch operands one timing takes from the pool
+TUNE_SCRATCH = 256 << 20  # most bytes of scratch operands one timing takes from the pool
 ITEM = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "complex64": 8}
 
 
@@ -279,6 +279,8 @@ class LtEngine:
             return
         try:
             events = [drv.event_create(), drv.event_create()]
+            for blk, n in zip(blocks, sizes):   # finite, non-zero values (zeros flatter some kernels)
+                drv.memset(blk.data, 0x3C, n)
             drv.synchronize()
             a, b, d = (blk.data for blk in blocks)
             ws, wsize = self._workspace()

@@ -69,10 +69,11 @@ MMA_M128_BLOCKS_PER_CU = 2        # BM = 128 when its blocks fill this many per 
 MMA_BM = None                     # tests and benchmarks: force a position tile
 # conv_mma only where the GEMM is narrow: its cost is the flops at its own rate, im2col's the
 # patches written and read back plus the flops at the vendor GEMM's (wgmma-class) rate, and the
-# patches weigh more the fewer output channels share them. On a lent H100 (conv_bench, session
-# 32) conv_mma ran ResNet's 56x56 64->64 layer at 112 TFLOP/s against im2col's 66, tied at 128
-# channels (126 / 127), and lost at 256 and 512 (77 / 200, 62 / 289).
-MMA_MAX_COG = 96
+# patches weigh more the fewer output channels share them. On a lent H100 (conv_bench-h100.json,
+# session 33, after the corner-offset rewrite) conv_mma ran ResNet's 56x56 64->64 layer at 120
+# TFLOP/s against im2col's 66, won at 128 channels (28x28: 149 / 127; 56x56 stride 2: 146 / 113)
+# and lost at 256 and 512 (120 / 197, 86 / 284).
+MMA_MAX_COG = 128
 
 
 def conv_tail(p0, positions, n_work, in_strides, in_spatial, out_spatial, kernel, stride, pad_lo,
