@@ -98,6 +98,7 @@ class Graph {
   };
 
   std::vector<std::pair<uintptr_t, uintptr_t>> cached_dev_;   // leaves(prog) hits: (key, device)
+  std::vector<uint32_t> leaf_ids_;     // leaves(): the leaf slots, in order
   std::vector<mx::array> view_outs_;   // try_view's outputs, empty between calls
 
   uint32_t add_slot(const mx::array& a, int32_t producer);

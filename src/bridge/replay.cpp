@@ -278,9 +278,28 @@ nb::list Graph::leaves(Program* prog, ConstCache* consts) {
   // (slot, key, host data pointer, buffer bytes, token, ndim, size, constant bytes) per leaf
   nb::list out;
   cached_dev_.clear();
+  // A decode step has ~750 leaves (weights), each read through two objects that have left
+  // the caches since the last step: the array's descriptor and its Data (buffer, size).
+  // Each leaf's are requested a few leaves ahead, the descriptor first, then the Data its
+  // (by then loaded) descriptor points to. Addresses only: a prefetch never faults.
+  leaf_ids_.clear();
   for (size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].producer < 0 && slots_[s].arr) leaf_ids_.push_back(static_cast<uint32_t>(s));
+  }
+  constexpr size_t kDesc = 8, kData = 4;
+  const size_t n_leaves = leaf_ids_.size();
+  for (size_t i = 0; i < n_leaves && i < kDesc; ++i) {
+    const auto* d = reinterpret_cast<const char*>(&slots_[leaf_ids_[i]].arr->shape());
+    for (size_t b = 0; b < 256; b += 64) MLXA_PREFETCH(d + b);
+  }
+  for (size_t i = 0; i < n_leaves; ++i) {
+    if (i + kDesc < n_leaves) {
+      const auto* d = reinterpret_cast<const char*>(&slots_[leaf_ids_[i + kDesc]].arr->shape());
+      for (size_t b = 0; b < 256; b += 64) MLXA_PREFETCH(d + b);
+    }
+    if (i + kData < n_leaves) MLXA_PREFETCH(slots_[leaf_ids_[i + kData]].arr->data_shared_ptr().get());
+    const size_t s = leaf_ids_[i];
     auto& sl = slots_[s];
-    if (sl.producer >= 0 || !sl.arr) continue;
     const mx::array& a = *sl.arr;
     auto buf = a.buffer();
     uintptr_t key = reinterpret_cast<uintptr_t>(buf.ptr());
