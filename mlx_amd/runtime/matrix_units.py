@@ -13,11 +13,11 @@ everywhere), 1 (capability only, no self-test; for measuring).
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 
 from . import kernel_table as kt
+from . import switches
 
 ENV = "MLX_AMD_MATRIX_UNITS"
 
@@ -26,10 +26,7 @@ _verdicts: dict = {}      # (family, arch, dtype) -> bool
 
 
 def mode() -> str:
-    m = os.environ.get(ENV, "auto").strip().lower()
-    if m not in ("auto", "0", "1"):
-        raise ValueError(f"{ENV}={m!r}: expected auto, 0 or 1")
-    return m
+    return switches.choice(ENV, ("auto", "0", "1"), "auto")
 
 
 def backend(device, dtype: str):

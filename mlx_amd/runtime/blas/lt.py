@@ -28,6 +28,7 @@ import threading
 import time
 
 from ..driver.base import DriverUnavailable
+from .. import switches
 from . import table as T
 
 # Per-vendor header values (cublasLt.h / library_types.h; hipblaslt.h / hipblas-common.h
@@ -99,10 +100,7 @@ ITEM = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "complex64": 8}
 def tune_mode(env=os.environ) -> str:
     """When to time the heuristic's candidates: ``repeat`` (default) when a replay records the
     problem, ``always`` at its first call too, ``off`` never (the heuristic's first)."""
-    m = env.get(TUNE_ENV, "repeat").strip().lower()
-    if m not in TUNE_MODES:
-        raise ValueError(f"{TUNE_ENV}={m!r}: expected one of {', '.join(TUNE_MODES)}")
-    return m
+    return switches.choice(TUNE_ENV, TUNE_MODES, "repeat", env)
 
 
 def operand_bytes(dtype: str, rows: int, cols: int, ld: int, batch: int, stride: int) -> int:

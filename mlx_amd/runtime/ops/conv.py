@@ -35,11 +35,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import struct
 
 from .. import kernel_table as kt
-from .. import matrix_units
+from .. import matrix_units, switches
 from ..launch import Launch
 from ..plan import Layout, Memset, Node, Plan, compute_units, embed, inp, out as out_ref, tmp
 from . import copy as copy_family
@@ -220,10 +219,8 @@ def mma_launch(g: Geometry, x: Layout, dt: str, x_ref, w_ref, o_ref, device, bm=
 
 
 def _mma_usable(device, dt: str) -> bool:
-    mode = os.environ.get(ENV, "auto").strip().lower()
-    if mode not in ("auto", "im2col"):
-        raise ValueError(f"{ENV}={mode!r}: expected auto or im2col")
-    return mode == "auto" and dt in kt.table(FAMILY).MMA_DTYPES and matrix_units.usable(FAMILY, device, dt, mma_selftest)
+    return switches.choice(ENV, ("auto", "im2col"), "auto") == "auto" and dt in kt.table(FAMILY).MMA_DTYPES \
+        and matrix_units.usable(FAMILY, device, dt, mma_selftest)
 
 
 # The self-test (matrix_units.usable): two groups of 24 input channels, 40 output channels each

@@ -49,11 +49,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import struct
 
 from .. import kernel_table as kt
-from .. import matrix_units
+from .. import matrix_units, switches
 from ..launch import Launch
 from ..plan import ZERO_BYTES, Layout, Memset, Node, Plan, Ref, compute_units, embed, inp, out, tmp, wave_width, zeroed
 from . import copy as copy_family
@@ -263,10 +262,8 @@ class DecodeKernel:
 
 
 def _decode_force() -> str:
-    force = os.environ.get(DECODE_ENV, "")
-    if force not in ("", "mma", "fma"):
-        raise ValueError(f"{DECODE_ENV}={force!r}: expected 'mma' or 'fma'")
-    return force
+    force = switches.choice(DECODE_ENV, ("auto", "mma", "fma"), "auto")
+    return "" if force == "auto" else force
 
 
 def _decode_mma_serves(p: Problem, device) -> bool:
@@ -408,9 +405,7 @@ MMA_MAX_TILE_KEYS = 64     # the most keys of a K/V tile of sdpa_flash_mma on an
 def prefill_force() -> str:
     """"" (choose), "mma" (the matrix-unit flash kernel where it serves), "flash" (the
     portable twin) or "gemm": MLX_AMD_SDPA_PREFILL."""
-    force = os.environ.get(PREFILL_ENV, "auto")
-    if force not in ("auto", "", "mma", "flash", "gemm"):
-        raise ValueError(f"{PREFILL_ENV}={force!r}: expected auto, mma, flash or gemm")
+    force = switches.choice(PREFILL_ENV, ("auto", "mma", "flash", "gemm"), "auto")
     return "" if force == "auto" else force
 
 
