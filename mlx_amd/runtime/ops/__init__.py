@@ -115,14 +115,8 @@ def twin_chain_table(dispatch: dict) -> dict:
     ``TWIN_CHAINS_AFTER`` and ``plan_siblings``: q's and k's RoPE, then the k and v cache
     writes), where both primitives are twins (``twin_table``) and the first is that module's."""
     twins = twin_table(dispatch)
-    out = {}
-    for mod in set(dispatch.values()):
-        for first, seconds in getattr(mod, "TWIN_CHAINS_AFTER", {}).items():
-            if twins.get(first) is mod:
-                for second in seconds:
-                    if second in twins:
-                        out[(first, second)] = mod
-    return out
+    return {k: mod for k, mod in _after_table(dispatch, "TWIN_CHAINS_AFTER", True).items()
+            if k[0] in twins and k[1] in twins}
 
 
 def chain_table(dispatch: dict, pairs: dict) -> dict:

@@ -130,15 +130,22 @@ def plan_siblings(nodes, device):
     writes (``plan_rope_kv``)."""
     if len(nodes) == 4:
         return plan_rope_kv(nodes, device)
+    ab = _alone(nodes, device)
+    if ab is None:
+        return None
+    return Plan((twin_launch(kt.table(FAMILY).twin(kt, nodes[0].ins[0].dtype), *ab, len(nodes[0].ins)),))
+
+
+def _alone(nodes, device):
+    """The single launches of two RoPE nodes planned alone, when both are one launch of the
+    same kernel (what a twin or rope_kv launch combines), else None."""
     if len(nodes) != 2 or any(n.prim not in PRIMITIVES for n in nodes):
         return None
     plans = [plan_node(n, device) for n in nodes]
     if any(p is None or len(p.steps) != 1 for p in plans):
         return None
     (a,), (b,) = plans[0].steps, plans[1].steps
-    if a.kernel != b.kernel:
-        return None
-    return Plan((twin_launch(kt.table(FAMILY).twin(kt, nodes[0].ins[0].dtype), a, b, len(nodes[0].ins)),))
+    return (a, b) if a.kernel == b.kernel else None
 
 
 def plan_rope_kv(nodes, device):
@@ -152,12 +159,13 @@ def plan_rope_kv(nodes, device):
     from . import indexing
 
     rq, rk, wk, wv = nodes
-    if any(n.prim not in PRIMITIVES for n in (rq, rk)) or wk.prim != "SliceUpdate" or wv.prim != "SliceUpdate":
+    if wk.prim != "SliceUpdate" or wv.prim != "SliceUpdate" or len(wk.ins) != 2 or len(wv.ins) != 2:
         return None
-    rope = plan_siblings([rq, rk], device)
+    ab = _alone([rq, rk], device)
     writes = indexing.plan_siblings([wk, wv], device)
-    if rope is None or writes is None or len(wk.ins) != 2 or len(wv.ins) != 2:
+    if ab is None or writes is None:
         return None
+    qa, ka = ab     # q's launch (its RopeArgs), k's (its pointers and shape)
     kout, kupd, vupd, cache = rk.out, wk.ins[1], wv.ins[1], wk.out
     dt = kout.dtype
     if kout.ndim != 4 or kupd.shape != kout.shape or vupd.shape != kout.shape or cache.ndim != 4 \
@@ -172,8 +180,6 @@ def plan_rope_kv(nodes, device):
         return None
     base = sum(int(a) * r for a, r in zip(start, orow)) * kout.itemsize
     B, H, L, D = kout.shape
-    # the rotations' launches: q's alone (its RopeArgs), k's alone (its pointers and shape)
-    qa, ka = (plan_node(n, device).steps[0] for n in (rq, rk))
     nq, nk = len(rq.ins), len(rk.ins)
     v_in = nq + nk + 2 + 1          # v: the second write's update
     kv = _KV_ARGS.pack(slot[0], slot[1], slot[2], *vupd.strides, B * H * L * D, H, L, D, 0)
